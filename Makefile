@@ -1,0 +1,55 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each creates .venv when absent,
+# installs the project with exact pins from constraints.txt and, as root, the Debian packages.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.aiops-installed
+EXTRAS ?= serve,dev
+# Debian packages: a C/C++ toolchain and cmake, to compile llama-cpp-python (no wheel on PyPI).
+DEB_PACKAGES := build-essential cmake
+
+.PHONY: demo test bench lint install sysdeps docs clean
+
+install: sysdeps $(STAMP)
+
+sysdeps:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian packages: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else \
+		echo "NOTE: not root, so not installing Debian packages: $$missing"; \
+		echo "      run 'sudo apt-get install $$missing' if the build below fails"; \
+	fi
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip==$$(grep -oP '^pip==\K.*' constraints.txt || echo 25.3)"
+	# llama-cpp-python compiles from source the first time (several minutes on 2 cores).
+	$(BIN)/python -m pip install -c constraints.txt -e '.[$(EXTRAS)]'
+	touch $@
+
+test: install
+	@$(BIN)/python -m pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure"; exit 1; fi; \
+	exit $$rc
+
+demo: install
+	$(BIN)/aiops demo
+
+bench: install
+	$(BIN)/python -m aiops bench
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# Regenerate the generated docs (a test checks they are current).
+docs: install
+	$(BIN)/aiops config docs > docs/configuration.md
+	$(BIN)/aiops config schema > docs/schema.md
+
+clean:
+	rm -rf $(VENV) .aiops .pytest_cache .mypy_cache .ruff_cache

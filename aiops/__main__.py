@@ -1,0 +1,3 @@
+from aiops.cli import app
+
+app(prog_name="aiops")

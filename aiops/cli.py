@@ -1,0 +1,175 @@
+"""The ``aiops`` command line: a thin shell over the service functions."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from aiops.config import Settings, load_settings, settings_reference
+from aiops.errors import AIOpsError
+from aiops.schema import schema_reference
+
+__all__ = ["app"]
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Observability and AIOps for AI model serving.")
+config_app = typer.Typer(no_args_is_help=True, help="Show or document the configuration.")
+app.add_typer(config_app, name="config")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    settings: Settings = ctx.obj
+    return settings
+
+
+def _fail(exc: AIOpsError, code: int = 1) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(code)
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Option(
+        "--config", "-c", help="TOML configuration file (else $AIOPS_CONFIG).")] = None,
+) -> None:
+    try:
+        ctx.obj = load_settings(config)
+    except AIOpsError as exc:
+        raise _fail(exc, 2) from exc
+
+
+def _configure_logging(level: str) -> None:
+    from pythonjsonlogger.json import JsonFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+@app.command()
+def server(ctx: typer.Context) -> None:
+    """Run the aiops server (OTLP receiver, SQL API, /metrics) in the foreground."""
+    import uvicorn
+
+    from aiops.server.app import create_app
+    from aiops.store import Store
+
+    settings = _settings(ctx)
+    _configure_logging(settings.log_level)
+    try:
+        store = Store(settings.db_path)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    try:
+        uvicorn.run(create_app(settings, store), host=settings.server_host,
+                    port=settings.server_port, log_level=settings.log_level.lower(),
+                    access_log=False, log_config=None)
+    finally:
+        store.close()
+
+
+@app.command()
+def up(ctx: typer.Context) -> None:
+    """Start the server, a local Ray instance and the Serve application."""
+    from aiops import stack
+
+    try:
+        stack.up(_settings(ctx), progress=console.log)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+
+
+@app.command()
+def down(ctx: typer.Context) -> None:
+    """Stop exactly what `aiops up` started."""
+    from aiops import stack
+
+    try:
+        n = stack.down(_settings(ctx), progress=console.log)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    console.log(f"stopped {n} component(s)" if n else "nothing was running")
+
+
+@app.command()
+def status(ctx: typer.Context) -> None:
+    """Show the components of the stack and whether they answer. Exit 1 if any is down."""
+    from aiops import stack
+
+    rows = stack.status(_settings(ctx))
+    if not rows:
+        console.print("the stack is not running (no state in "
+                      f"{_settings(ctx).data_dir}); start it with `aiops up`")
+        raise typer.Exit(1)
+    t = Table("component", "pid", "running", "healthy", "url", "log")
+    for r in rows:
+        t.add_row(*(str(r[k]) for k in ("component", "pid", "running", "healthy", "url", "log")))
+    console.print(t)
+    if not all(r["healthy"] for r in rows):
+        raise typer.Exit(1)
+
+
+@app.command()
+def sql(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="One SELECT statement.")],
+    limit: Annotated[int | None, typer.Option(help="Most rows to return.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Run a read-only SQL query against the telemetry store (through the server)."""
+    from aiops.client import ServerClient
+
+    try:
+        with ServerClient(_settings(ctx).server_url) as client:
+            result = client.sql(query, limit=limit)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    t = Table(*result["columns"])
+    for row in result["rows"]:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    console.print(t)
+    if result["truncated"]:
+        err_console.print(f"[yellow]truncated to {len(result['rows'])} rows[/yellow]")
+
+
+@app.command()
+def demo(ctx: typer.Context) -> None:
+    """Bring the stack up, chat with the model, show one request's telemetry, shut down."""
+    from aiops.demo import run_demo
+
+    try:
+        run_demo(_settings(ctx), console)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+
+
+@config_app.command("show")
+def config_show(ctx: typer.Context) -> None:
+    """Print the effective configuration."""
+    typer.echo(_settings(ctx).model_dump_json(indent=2))
+
+
+@config_app.command("docs")
+def config_docs() -> None:
+    """Print docs/configuration.md (generated from the settings class)."""
+    typer.echo(settings_reference(), nl=False)
+
+
+@config_app.command("schema")
+def config_schema() -> None:
+    """Print docs/schema.md (generated from the telemetry schema)."""
+    typer.echo(schema_reference(), nl=False)

@@ -1,0 +1,160 @@
+"""Typed configuration, read once at start-up.
+
+Sources, highest priority first: keyword arguments, ``AIOPS_*`` environment variables, the
+TOML file named by ``AIOPS_CONFIG`` (or passed as ``config_file``), then defaults. The result is
+a frozen object that is passed to whatever needs it; nothing reads the environment at import.
+``docs/configuration.md`` is generated from this class (``aiops config docs``) and a test checks
+that it is current.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from aiops.errors import ConfigError
+
+__all__ = ["CONFIG_FILE_ENV", "ENV_PREFIX", "Settings", "load_settings", "settings_reference"]
+
+ENV_PREFIX = "AIOPS_"
+CONFIG_FILE_ENV = "AIOPS_CONFIG"
+
+
+class Settings(BaseSettings):
+    """Every setting of aiops. Field descriptions are the user documentation."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+
+    # Where state lives.
+    data_dir: Path = Field(
+        Path(".aiops"),
+        description="Directory for the DuckDB file, process state and logs of `aiops up`.",
+    )
+    db_file: str = Field(
+        "telemetry.duckdb", description="DuckDB file name, relative to `data_dir`."
+    )
+
+    # The aiops server.
+    server_host: str = Field("127.0.0.1", description="Address the aiops server binds.")
+    server_port: int = Field(
+        4318, ge=1, le=65535, description="Port of the aiops server (OTLP/HTTP's standard port)."
+    )
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        description="Largest accepted OTLP request body, before and after gzip (HTTP 413 above).",
+    )
+    sql_row_limit: int = Field(
+        10_000, ge=1, description="Most rows the read-only SQL endpoint returns for one query."
+    )
+    log_level: str = Field("INFO", description="Log level of aiops processes.")
+
+    # Ray and the Serve application.
+    serve_host: str = Field("127.0.0.1", description="Address Ray Serve's HTTP proxy binds.")
+    serve_port: int = Field(8000, ge=1, le=65535, description="Port of Ray Serve's HTTP proxy.")
+    ray_num_cpus: int = Field(
+        2, ge=1, description="CPUs the local Ray instance advertises to its scheduler."
+    )
+    model_num_cpus: float = Field(
+        1.0, gt=0, description="CPUs one chat-model replica requests (fractions allowed)."
+    )
+    model_threads: int = Field(2, ge=1, description="llama.cpp threads per chat-model replica.")
+    model_context: int = Field(2048, ge=128, description="llama.cpp context window in tokens.")
+    max_tokens_limit: int = Field(
+        1024, ge=1, description="Largest `max_tokens` a chat request may ask for (HTTP 400 above)."
+    )
+    otlp_export_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="How often Serve replicas flush spans, logs and metrics to the server.",
+    )
+    startup_timeout_s: float = Field(
+        180.0, gt=0, description="How long `aiops up` waits for each component to become ready."
+    )
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / self.db_file
+
+    @property
+    def server_url(self) -> str:
+        return f"http://{self.server_host}:{self.server_port}"
+
+    @property
+    def serve_url(self) -> str:
+        return f"http://{self.serve_host}:{self.serve_port}"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = _CONFIG_FILE_OVERRIDE.get("path")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        return tuple(sources)
+
+
+# Set only for the duration of one ``load_settings`` call; pydantic-settings builds sources
+# from the class, so this is how a per-call file reaches ``settings_customise_sources``.
+_CONFIG_FILE_OVERRIDE: dict[str, Path] = {}
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Read the configuration once; raise ``ConfigError`` naming the source and field."""
+    env_file = os.environ.get(CONFIG_FILE_ENV)
+    path = config_file or (Path(env_file) if env_file else None)
+    if path is not None and not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        if path is not None:
+            _CONFIG_FILE_OVERRIDE["path"] = path
+        return Settings(**overrides)
+    except ValidationError as exc:
+        where = f"config file {path} / environment" if path else "environment"
+        problems = "; ".join(
+            f"{ENV_PREFIX}{'.'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration ({where}): {problems}") from exc
+    except ValueError as exc:  # TOML syntax errors surface as ValueError subclasses
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    finally:
+        _CONFIG_FILE_OVERRIDE.clear()
+
+
+def settings_reference() -> str:
+    """Markdown table of every setting: the source of docs/configuration.md."""
+    lines = [
+        "# Configuration",
+        "",
+        "Generated by `aiops config docs` from `aiops/config.py`; a test fails when it is stale.",
+        "",
+        f"Settings come from keyword arguments, then `{ENV_PREFIX}*` environment variables, then "
+        f"the TOML file named by `{CONFIG_FILE_ENV}` (keys are the field names in lower case), "
+        "then the defaults below. They are read once at start-up.",
+        "",
+        "| environment variable | default | meaning |",
+        "|---|---|---|",
+    ]
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        lines.append(f"| `{ENV_PREFIX}{name.upper()}` | `{default}` | {field.description} |")
+    lines.append(
+        f"| `{CONFIG_FILE_ENV}` | (none) | Path of a TOML file with any of the settings above. |"
+    )
+    return "\n".join(lines) + "\n"

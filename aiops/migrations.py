@@ -1,0 +1,65 @@
+"""Ordered schema migrations for the DuckDB store.
+
+Each migration is a function applied once, in order, inside a transaction; the versions applied
+are recorded in ``schema_migrations``. Migration 1 creates every table from ``aiops.schema``.
+Later changes to a table append a migration here (``ALTER TABLE ... ADD COLUMN IF NOT EXISTS``)
+so that a database created by migration 1 at any earlier release reaches the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+
+from aiops.schema import TABLES
+
+__all__ = ["MIGRATIONS", "Migration", "apply_migrations", "current_version"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    apply: Callable[[duckdb.DuckDBPyConnection], None]
+
+
+def _create_tables(conn: duckdb.DuckDBPyConnection) -> None:
+    for t in TABLES:
+        conn.execute(t.ddl())
+
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "create telemetry tables", _create_tables),)
+
+
+def current_version(conn: duckdb.DuckDBPyConnection) -> int:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP DEFAULT now())"
+    )
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    return int(row[0]) if row else 0
+
+
+def apply_migrations(conn: duckdb.DuckDBPyConnection) -> int:
+    """Apply every migration newer than the database; return the resulting version."""
+    version = current_version(conn)
+    for m in MIGRATIONS:
+        if m.version <= version:
+            continue
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            m.apply(conn)
+            conn.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                         [m.version, m.name])
+            conn.execute("COMMIT")
+        except Exception:
+            conn.execute("ROLLBACK")
+            raise
+        log.info("applied migration %d: %s", m.version, m.name)
+        version = m.version
+    return version

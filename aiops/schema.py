@@ -1,0 +1,253 @@
+"""The telemetry schema, declared once.
+
+DuckDB DDL (``Table.ddl``), Arrow schemas (``Table.arrow_schema``) and the documentation in
+``docs/schema.md`` all derive from the declarations below. Timestamps are UTC nanoseconds
+(``TIMESTAMP_NS``); trace and span ids are lower-case hex, as in W3C ``traceparent``; attribute
+maps are JSON (DuckDB ingests JSON-as-text from Arrow about twice as fast as MAP columns).
+Changing a table means adding a migration in ``aiops.migrations`` as well.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+__all__ = [
+    "ACTIONS",
+    "EBPF_SAMPLES",
+    "INCIDENTS",
+    "LEDGER",
+    "LOGS",
+    "METRIC_POINTS",
+    "SPANS",
+    "TABLES",
+    "Column",
+    "Kind",
+    "Table",
+    "schema_reference",
+    "table",
+]
+
+
+class Kind(enum.Enum):
+    """Column types, each with its DuckDB and Arrow spelling."""
+
+    VARCHAR = ("VARCHAR", pa.string())
+    BIGINT = ("BIGINT", pa.int64())
+    INTEGER = ("INTEGER", pa.int32())
+    DOUBLE = ("DOUBLE", pa.float64())
+    BOOLEAN = ("BOOLEAN", pa.bool_())
+    TIMESTAMP = ("TIMESTAMP_NS", pa.timestamp("ns"))
+    JSON = ("JSON", pa.string())
+    DOUBLES = ("DOUBLE[]", pa.list_(pa.float64()))
+    BIGINTS = ("BIGINT[]", pa.list_(pa.int64()))
+
+    @property
+    def duckdb(self) -> str:
+        return self.value[0]
+
+    @property
+    def arrow(self) -> pa.DataType:
+        return self.value[1]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: Kind
+    doc: str
+    nullable: bool = True
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema(
+            [pa.field(c.name, c.kind.arrow, nullable=c.nullable) for c in self.columns]
+        )
+
+    def ddl(self) -> str:
+        cols = ",\n  ".join(
+            f"{c.name} {c.kind.duckdb}{'' if c.nullable else ' NOT NULL'}" for c in self.columns
+        )
+        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n  {cols}\n)"
+
+
+def _c(name: str, kind: Kind, doc: str, *, required: bool = False) -> Column:
+    return Column(name, kind, doc, nullable=not required)
+
+
+_RESOURCE = (
+    _c("service_name", Kind.VARCHAR, "Resource attribute service.name."),
+    _c("resource_attributes", Kind.JSON, "All resource attributes."),
+    _c("scope_name", Kind.VARCHAR, "Instrumentation scope name."),
+    _c("scope_version", Kind.VARCHAR, "Instrumentation scope version."),
+)
+
+SPANS = Table(
+    "spans",
+    "One row per OTLP span.",
+    (
+        _c("trace_id", Kind.VARCHAR, "32 hex digits.", required=True),
+        _c("span_id", Kind.VARCHAR, "16 hex digits.", required=True),
+        _c("parent_span_id", Kind.VARCHAR, "16 hex digits; NULL for a root span."),
+        _c("trace_state", Kind.VARCHAR, "W3C tracestate."),
+        _c("name", Kind.VARCHAR, "Span name.", required=True),
+        _c("kind", Kind.VARCHAR, "internal, server, client, producer or consumer."),
+        _c("start_time", Kind.TIMESTAMP, "Start, UTC.", required=True),
+        _c("end_time", Kind.TIMESTAMP, "End, UTC."),
+        _c("duration_ns", Kind.BIGINT, "end_time - start_time in nanoseconds."),
+        _c("status_code", Kind.VARCHAR, "unset, ok or error."),
+        _c("status_message", Kind.VARCHAR, "Status description."),
+        *_RESOURCE,
+        _c("attributes", Kind.JSON, "Span attributes."),
+        _c("events", Kind.JSON, "List of {time, name, attributes}."),
+        _c("links", Kind.JSON, "List of {trace_id, span_id, trace_state, attributes}."),
+        _c("dropped_attributes_count", Kind.BIGINT, "Attributes the sender dropped."),
+    ),
+)
+
+LOGS = Table(
+    "logs",
+    "One row per OTLP log record.",
+    (
+        _c("time", Kind.TIMESTAMP, "Event time (observed time when the sender gave none)."),
+        _c("observed_time", Kind.TIMESTAMP, "When the sender observed the record."),
+        _c("trace_id", Kind.VARCHAR, "32 hex digits, when the record belongs to a trace."),
+        _c("span_id", Kind.VARCHAR, "16 hex digits, when the record belongs to a span."),
+        _c("severity_number", Kind.INTEGER, "OTLP severity number (1-24)."),
+        _c("severity_text", Kind.VARCHAR, "Severity as the sender spelled it."),
+        _c("body", Kind.VARCHAR, "Body; non-string bodies are JSON-encoded."),
+        _c("event_name", Kind.VARCHAR, "OTLP event name."),
+        *_RESOURCE,
+        _c("attributes", Kind.JSON, "Log attributes (e.g. inference_id)."),
+        _c("flags", Kind.BIGINT, "W3C trace flags."),
+    ),
+)
+
+METRIC_POINTS = Table(
+    "metric_points",
+    "One row per metric data point (gauge, sum, histogram, exponential histogram, summary).",
+    (
+        _c("time", Kind.TIMESTAMP, "Point time, UTC.", required=True),
+        _c("start_time", Kind.TIMESTAMP, "Start of the aggregation window."),
+        _c("name", Kind.VARCHAR, "Metric name.", required=True),
+        _c("description", Kind.VARCHAR, "Metric description."),
+        _c("unit", Kind.VARCHAR, "UCUM unit."),
+        _c("type", Kind.VARCHAR, "gauge, sum, histogram, exponential_histogram or summary."),
+        _c("temporality", Kind.VARCHAR, "cumulative or delta (sums and histograms)."),
+        _c("is_monotonic", Kind.BOOLEAN, "Monotonic sum (a counter)."),
+        _c("value", Kind.DOUBLE, "Gauge or sum value."),
+        _c("count", Kind.BIGINT, "Histogram/summary count."),
+        _c("sum", Kind.DOUBLE, "Histogram/summary sum."),
+        _c("min", Kind.DOUBLE, "Histogram minimum."),
+        _c("max", Kind.DOUBLE, "Histogram maximum."),
+        _c("bucket_counts", Kind.BIGINTS, "Explicit-bucket histogram counts."),
+        _c("explicit_bounds", Kind.DOUBLES, "Explicit-bucket histogram upper bounds."),
+        _c("exp_histogram", Kind.JSON, "Exponential histogram {scale, zero_count, ...}."),
+        _c("quantiles", Kind.JSON, "Summary quantiles [{quantile, value}]."),
+        _c("exemplars", Kind.JSON, "Exemplars [{time, value, trace_id, span_id}]."),
+        *_RESOURCE,
+        _c("attributes", Kind.JSON, "Point attributes (labels)."),
+    ),
+)
+
+EBPF_SAMPLES = Table(
+    "ebpf_samples",
+    "Kernel measurements from the eBPF collectors, attributed to processes.",
+    (
+        _c("time", Kind.TIMESTAMP, "Sample time, UTC.", required=True),
+        _c("host", Kind.VARCHAR, "Host name."),
+        _c("probe", Kind.VARCHAR, "The program, e.g. sched_runq_latency.", required=True),
+        _c("metric", Kind.VARCHAR, "What was measured.", required=True),
+        _c("value", Kind.DOUBLE, "Measured value."),
+        _c("pid", Kind.BIGINT, "Process id."),
+        _c("comm", Kind.VARCHAR, "Process command name."),
+        _c("replica", Kind.VARCHAR, "Serve replica the pid belongs to, when known."),
+        _c("attributes", Kind.JSON, "Other dimensions."),
+    ),
+)
+
+INCIDENTS = Table(
+    "incidents",
+    "Incidents opened by the detectors.",
+    (
+        _c("incident_id", Kind.VARCHAR, "Unique id.", required=True),
+        _c("opened_at", Kind.TIMESTAMP, "When it was opened.", required=True),
+        _c("closed_at", Kind.TIMESTAMP, "When it was resolved."),
+        _c("status", Kind.VARCHAR, "open, mitigated or resolved.", required=True),
+        _c("severity", Kind.VARCHAR, "Severity."),
+        _c("service", Kind.VARCHAR, "Attributed service."),
+        _c("replica", Kind.VARCHAR, "Attributed replica."),
+        _c("model_version", Kind.VARCHAR, "Attributed model version."),
+        _c("fault_class", Kind.VARCHAR, "Attributed fault class."),
+        _c("summary", Kind.VARCHAR, "One-line summary."),
+        _c("evidence", Kind.JSON, "Traces, log templates, metric deltas, eBPF signals."),
+    ),
+)
+
+ACTIONS = Table(
+    "actions",
+    "Remediation actions planned or taken.",
+    (
+        _c("action_id", Kind.VARCHAR, "Unique id.", required=True),
+        _c("incident_id", Kind.VARCHAR, "The incident it answers."),
+        _c("created_at", Kind.TIMESTAMP, "When it was planned.", required=True),
+        _c("kind", Kind.VARCHAR, "scale, rollback, shift_traffic, shed_load ...", required=True),
+        _c("target", Kind.VARCHAR, "Deployment or model version acted on."),
+        _c("params", Kind.JSON, "Parameters."),
+        _c("mode", Kind.VARCHAR, "dry_run, approval or auto."),
+        _c("status", Kind.VARCHAR, "planned, approved, executed, verified, failed."),
+        _c("outcome", Kind.JSON, "What happened, including verification."),
+    ),
+)
+
+LEDGER = Table(
+    "ledger",
+    "Tamper-evident, hash-chained record of every action and decision.",
+    (
+        _c("seq", Kind.BIGINT, "Position in the chain, from 1.", required=True),
+        _c("time", Kind.TIMESTAMP, "When it was written.", required=True),
+        _c("actor", Kind.VARCHAR, "Who: policy, agent, a user.", required=True),
+        _c("action_id", Kind.VARCHAR, "The action it records."),
+        _c("entry", Kind.JSON, "The recorded content.", required=True),
+        _c("prev_hash", Kind.VARCHAR, "Hash of entry seq-1.", required=True),
+        _c("hash", Kind.VARCHAR, "sha256 over prev_hash and this entry.", required=True),
+    ),
+)
+
+TABLES: tuple[Table, ...] = (SPANS, LOGS, METRIC_POINTS, EBPF_SAMPLES, INCIDENTS, ACTIONS, LEDGER)
+_BY_NAME = {t.name: t for t in TABLES}
+
+
+def table(name: str) -> Table:
+    """The declared table called ``name`` (KeyError if there is none)."""
+    return _BY_NAME[name]
+
+
+def schema_reference() -> str:
+    """Markdown description of every table: the source of docs/schema.md."""
+    out = [
+        "# Telemetry schema",
+        "",
+        "Generated by `aiops config schema` from `aiops/schema.py`; a test fails when it is stale.",
+        "",
+    ]
+    for t in TABLES:
+        out += [f"## `{t.name}`", "", t.doc, "", "| column | type | meaning |", "|---|---|---|"]
+        for c in t.columns:
+            req = " (required)" if not c.nullable else ""
+            out.append(f"| `{c.name}` | `{c.kind.duckdb}` | {c.doc}{req} |")
+        out.append("")
+    return "\n".join(out)

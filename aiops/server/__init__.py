@@ -1,0 +1,1 @@
+"""The aiops server process: the single owner of the DuckDB file."""

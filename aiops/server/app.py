@@ -1,0 +1,94 @@
+"""The aiops server: one process that owns the DuckDB file.
+
+Routes: ``/healthz`` (alive), ``/readyz`` (store usable), ``/metrics`` (its own Prometheus
+metrics), the OTLP/HTTP receiver (``/v1/traces|logs|metrics``) and the read-only SQL API
+(``POST /api/v1/sql``). ``create_app`` takes its dependencies so tests pass real ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from pydantic import BaseModel, Field
+
+from aiops.config import Settings
+from aiops.errors import AIOpsError, QueryRejected, StoreError
+from aiops.store import Store
+from collectors.otlp.receiver import ReceiverMetrics, make_router
+
+__all__ = ["SqlRequest", "create_app"]
+
+log = logging.getLogger(__name__)
+
+
+class SqlRequest(BaseModel):
+    """Body of ``POST /api/v1/sql``."""
+
+    sql: str = Field(min_length=1, max_length=100_000, description="One SELECT statement.")
+    params: list[Any] = Field(default_factory=list, max_length=1000,
+                              description="Values for `?` placeholders.")
+    limit: int | None = Field(None, ge=1, description="Row limit (capped by the server's).")
+
+
+def create_app(settings: Settings, store: Store) -> FastAPI:
+    """Build the server app around an open store (the caller owns and closes it)."""
+    registry = CollectorRegistry()
+    receiver_metrics = ReceiverMetrics.create(registry)
+    sql_queries = Counter("aiops_sql_queries", "Read-only SQL queries by outcome", ["outcome"],
+                          registry=registry)
+    app = FastAPI(title="aiops server", version="0.1.0")
+    app.include_router(make_router(store, settings.max_body_bytes, receiver_metrics))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        return JSONResponse({"error": f"invalid request: {problems}"}, status_code=400)
+
+    @app.exception_handler(AIOpsError)
+    async def _aiops_error(request: Request, exc: AIOpsError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=500)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        try:
+            await run_in_threadpool(store.ping)
+        except StoreError as exc:
+            return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
+        return JSONResponse({"status": "ready", "schema_version": store.schema_version})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/api/v1/sql")
+    async def sql(body: SqlRequest) -> JSONResponse:
+        limit = min(body.limit or settings.sql_row_limit, settings.sql_row_limit)
+        try:
+            result = await run_in_threadpool(store.query, body.sql, body.params, limit)
+        except QueryRejected as exc:
+            sql_queries.labels("rejected").inc()
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        except StoreError as exc:
+            # Bad SQL (unknown table, type error) is the caller's to fix.
+            sql_queries.labels("failed").inc()
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        sql_queries.labels("ok").inc()
+        return JSONResponse(jsonable_encoder({
+            "columns": result.columns, "types": result.types,
+            "rows": [list(r) for r in result.rows], "truncated": result.truncated,
+        }))
+
+    return app

@@ -1,0 +1,201 @@
+"""``aiops up`` / ``aiops down`` / ``aiops status``: the embedded stack on one machine.
+
+Two child processes, each in its own session so that its whole process tree can be signalled:
+the aiops server (owner of the DuckDB file) and the Serve driver (its own local Ray instance).
+Their pids are kept in ``<data_dir>/stack.json``; ``down`` stops exactly those process groups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from aiops.config import ENV_PREFIX, Settings
+from aiops.errors import StackError
+
+__all__ = ["Component", "down", "read_state", "session_members", "settings_env", "status", "up"]
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "stack.json"
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    pid: int
+    log_file: str
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The settings as ``AIOPS_*`` variables, so child processes read the very same config."""
+    env = {}
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        if isinstance(value, Path):
+            value = value.resolve()
+        env[f"{ENV_PREFIX}{name.upper()}"] = str(value)
+    return env
+
+
+def _state_path(settings: Settings) -> Path:
+    return settings.data_dir / STATE_FILE
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of this process still "exists"; reap it if it is ours.
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def read_state(settings: Settings) -> list[Component]:
+    path = _state_path(settings)
+    if not path.exists():
+        return []
+    try:
+        return [Component(**c) for c in json.loads(path.read_text())["components"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StackError(f"state file {path} is unreadable ({exc}); remove it by hand") from exc
+
+
+def _write_state(settings: Settings, components: list[Component]) -> None:
+    _state_path(settings).write_text(
+        json.dumps({"components": [asdict(c) for c in components]}, indent=2))
+
+
+def _spawn(name: str, argv: list[str], settings: Settings) -> Component:
+    logs = settings.data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_file = logs / f"{name}.log"
+    env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
+    with open(log_file, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    return Component(name, proc.pid, str(log_file))
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _wait_ready(c: Component, url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _alive(c.pid):
+            raise StackError(f"{c.name} exited during start-up; last log lines of "
+                             f"{c.log_file}:\n{_tail(c.log_file)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise StackError(f"{c.name} was not ready at {url} after {timeout_s:.0f} s; see {c.log_file}")
+
+
+def up(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> list[Component]:
+    """Start the server and the Serve application; return once both answer."""
+    running = [c for c in read_state(settings) if _alive(c.pid)]
+    if running:
+        raise StackError(f"the stack is already running from {settings.data_dir} "
+                         f"({', '.join(c.name for c in running)}); run `aiops down` first")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    started: list[Component] = []
+    try:
+        progress(f"starting aiops server on {settings.server_url}")
+        server = _spawn("server", [sys.executable, "-m", "aiops", "server"], settings)
+        started.append(server)
+        _write_state(settings, started)
+        _wait_ready(server, f"{settings.server_url}/readyz", settings.startup_timeout_s)
+        progress(f"starting Ray and the Serve application on {settings.serve_url}")
+        serve_proc = _spawn("serve", [sys.executable, "-m", "serve.runner"], settings)
+        started.append(serve_proc)
+        _write_state(settings, started)
+        _wait_ready(serve_proc, f"{settings.serve_url}/healthz", settings.startup_timeout_s)
+    except BaseException:
+        _stop(started)
+        _state_path(settings).unlink(missing_ok=True)
+        raise
+    progress("stack is up")
+    return started
+
+
+def _stop(components: list[Component], timeout_s: float = 60.0) -> None:
+    # Reverse order: Serve first (it still exports to the server while draining).
+    for c in reversed(components):
+        if not _alive(c.pid):
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(c.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while _alive(c.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(c.pid):
+            log.warning("%s (pid %d) ignored SIGTERM; killing its process group", c.name, c.pid)
+        # Whatever the leader left behind in its session goes too: Ray puts its actors in
+        # process groups of their own, but they stay in the session the leader created.
+        for pid in [c.pid, *session_members(c.pid)]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        while _alive(c.pid):
+            time.sleep(0.1)
+
+
+def session_members(sid: int, proc: Path = Path("/proc")) -> list[int]:
+    """Pids whose session id is ``sid`` (Linux /proc; ``proc`` is injectable for tests)."""
+    members = []
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            # Fields after the parenthesised command: state ppid pgrp session ...
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def down(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> int:
+    """Stop what ``up`` started from this data dir; return how many components were stopped."""
+    components = read_state(settings)
+    live = [c for c in components if _alive(c.pid)]
+    for c in reversed(live):
+        progress(f"stopping {c.name} (pid {c.pid})")
+    _stop(live)
+    _state_path(settings).unlink(missing_ok=True)
+    return len(live)
+
+
+def status(settings: Settings) -> list[dict[str, object]]:
+    """One row per component: pid, whether it runs, and whether its endpoint answers."""
+    urls = {"server": f"{settings.server_url}/readyz", "serve": f"{settings.serve_url}/healthz"}
+    rows: list[dict[str, object]] = []
+    for c in read_state(settings):
+        healthy = False
+        if _alive(c.pid):
+            with contextlib.suppress(httpx.HTTPError):
+                healthy = httpx.get(urls[c.name], timeout=2.0).status_code == 200
+        rows.append({"component": c.name, "pid": c.pid, "running": _alive(c.pid),
+                     "healthy": healthy, "url": urls[c.name], "log": c.log_file})
+    return rows

@@ -1,0 +1,162 @@
+"""The DuckDB store: the single writer of the telemetry file, and the read-only query path.
+
+DuckDB allows one process to hold a database file, so the aiops server owns it and everything
+else reads through the server's query API. Inside the process, writes go through one
+connection under a lock and are whole Arrow batches (never row-by-row inserts); reads use their
+own cursors so they run beside ingest.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from aiops.errors import QueryRejected, SchemaMismatch, StoreError
+from aiops.migrations import apply_migrations
+from aiops.schema import Table, table
+
+__all__ = ["QueryResult", "Store"]
+
+log = logging.getLogger(__name__)
+
+# Statements the read-only path accepts. EXPLAIN is harmless and useful when tuning queries.
+_READ_TYPES = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple[Any, ...]]
+    truncated: bool
+
+
+class Store:
+    """Owns one DuckDB database; ``path=None`` gives an in-memory database."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = duckdb.connect(str(path) if path else ":memory:")
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot open DuckDB database {path}: {exc}") from exc
+        self._write_lock = threading.Lock()
+        self.schema_version = apply_migrations(self._conn)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def append(self, table_name: str, batch: pa.Table | pa.RecordBatch) -> int:
+        """Append one Arrow batch to a declared table; return the number of rows written."""
+        return self.append_many({table_name: batch})
+
+    def append_many(self, batches: dict[str, pa.Table | pa.RecordBatch]) -> int:
+        """Append several batches in one transaction: all of them land or none does."""
+        prepared = [(table(name), _conform(table(name), b)) for name, b in batches.items()]
+        prepared = [(t, b) for t, b in prepared if b.num_rows]
+        if not prepared:
+            return 0
+        with self._write_lock:
+            cur = self._conn.cursor()
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                for i, (t, data) in enumerate(prepared):
+                    view = f"_append_{i}"
+                    cur.register(view, data)
+                    cur.execute(f"INSERT INTO {t.name} SELECT * FROM {view}")
+                    cur.unregister(view)
+                cur.execute("COMMIT")
+            except duckdb.Error as exc:
+                cur.execute("ROLLBACK")
+                raise StoreError(f"append failed: {exc}") from exc
+            finally:
+                cur.close()
+        return sum(b.num_rows for _, b in prepared)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def query(
+        self, sql: str, params: list[Any] | None = None, limit: int | None = None
+    ) -> QueryResult:
+        """Run one read-only statement; at most ``limit`` rows come back."""
+        self._check_read_only(sql)
+        cur = self._conn.cursor()
+        try:
+            rel = cur.execute(sql, params or [])
+            columns = [d[0] for d in rel.description or []]
+            types = [str(d[1]) for d in rel.description or []]
+            rows = rel.fetchmany(limit + 1) if limit is not None else rel.fetchall()
+        except duckdb.Error as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+        finally:
+            cur.close()
+        truncated = limit is not None and len(rows) > limit
+        return QueryResult(columns, types, rows[:limit] if truncated else rows, truncated)
+
+    def query_arrow(self, sql: str, params: list[Any] | None = None) -> pa.Table:
+        """Run one read-only statement and return all rows as an Arrow table."""
+        self._check_read_only(sql)
+        cur = self._conn.cursor()
+        try:
+            return cur.sql(sql, params=params or None).to_arrow_table()
+        except duckdb.Error as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+        finally:
+            cur.close()
+
+    def count(self, table_name: str) -> int:
+        t = table(table_name)
+        return int(self.query(f"SELECT count(*) FROM {t.name}").rows[0][0])
+
+    def ping(self) -> None:
+        self.query("SELECT 1")
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._conn.close()
+
+    def _check_read_only(self, sql: str) -> None:
+        try:
+            statements = self._conn.cursor().extract_statements(sql)
+        except duckdb.Error as exc:
+            raise QueryRejected(f"cannot parse query: {exc}") from exc
+        if len(statements) != 1:
+            raise QueryRejected(f"expected exactly one statement, got {len(statements)}")
+        kind = statements[0].type
+        if kind not in _READ_TYPES:
+            raise QueryRejected(f"only SELECT queries are allowed here, not {kind.name}")
+
+
+def _conform(t: Table, batch: pa.Table | pa.RecordBatch) -> pa.Table:
+    """Order and cast ``batch`` to the table's Arrow schema; absent nullable columns are NULL."""
+    data = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    unknown = set(data.column_names) - set(t.column_names)
+    if unknown:
+        raise SchemaMismatch(f"{t.name}: unknown columns {sorted(unknown)}")
+    arrays = []
+    for col in t.columns:
+        if col.name in data.column_names:
+            arr = data.column(col.name)
+            if arr.type != col.kind.arrow:
+                try:
+                    arr = arr.cast(col.kind.arrow)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise SchemaMismatch(
+                        f"{t.name}.{col.name}: cannot use {arr.type} as {col.kind.arrow}"
+                    ) from exc
+            if not col.nullable and arr.null_count:
+                raise SchemaMismatch(f"{t.name}.{col.name} is required but has nulls")
+        elif col.nullable:
+            arr = pa.nulls(data.num_rows, col.kind.arrow)
+        else:
+            raise SchemaMismatch(f"{t.name}: required column {col.name} is missing")
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=t.arrow_schema)
+

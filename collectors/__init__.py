@@ -1,0 +1,1 @@
+"""Telemetry in: the OTLP/HTTP receiver (later: Prometheus scraper, eBPF programs)."""

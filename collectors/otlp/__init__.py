@@ -1,0 +1,1 @@
+"""OTLP/HTTP: decoding into Arrow and the receiver routes."""

@@ -1,0 +1,1 @@
+"""Grafana dashboards as code (issue P9). Nothing here yet."""

@@ -1,0 +1,1 @@
+"""Model hosting on Ray Serve: backends, the OpenAI-compatible ingress, instrumentation."""

@@ -1,0 +1,38 @@
+"""The telemetry schema is declared once; DDL, Arrow schemas and docs derive from it."""
+
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from aiops.schema import TABLES, schema_reference, table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_table_creates_in_duckdb_with_the_declared_columns() -> None:
+    conn = duckdb.connect()
+    for t in TABLES:
+        conn.execute(t.ddl())
+        described = conn.execute(f"DESCRIBE {t.name}").fetchall()
+        assert [r[0] for r in described] == t.column_names
+        assert [r[1] for r in described] == [c.kind.duckdb for c in t.columns]
+
+
+def test_arrow_schema_mirrors_the_declaration() -> None:
+    spans = table("spans")
+    schema = spans.arrow_schema
+    assert schema.names == spans.column_names
+    assert schema.field("start_time").type == pa.timestamp("ns")
+    assert not schema.field("trace_id").nullable
+    assert schema.field("parent_span_id").nullable
+
+
+def test_the_product_tables_are_all_declared() -> None:
+    assert {t.name for t in TABLES} == {
+        "spans", "logs", "metric_points", "ebpf_samples", "incidents", "actions", "ledger"}
+
+
+def test_docs_schema_md_is_generated_from_the_declaration() -> None:
+    assert (ROOT / "docs" / "schema.md").read_text() == schema_reference(), \
+        "docs/schema.md is stale: run `make docs`"

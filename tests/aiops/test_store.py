@@ -1,0 +1,99 @@
+"""The store appends whole Arrow batches, is the only writer, and reads are read-only."""
+
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from aiops.errors import QueryRejected, SchemaMismatch, StoreError
+from aiops.migrations import MIGRATIONS
+from aiops.store import Store
+
+
+def spans_batch(n: int, trace_id: str = "ab" * 16) -> pa.Table:
+    return pa.table({
+        "trace_id": [trace_id] * n,
+        "span_id": [f"{i:016x}" for i in range(n)],
+        "name": [f"op-{i}" for i in range(n)],
+        "start_time": pa.array([1_700_000_000_000_000_000 + i for i in range(n)],
+                               pa.timestamp("ns")),
+        "attributes": ['{"k": 1}'] * n,
+    })
+
+
+def test_append_fills_absent_nullable_columns_with_null(store: Store) -> None:
+    assert store.append("spans", spans_batch(3)) == 3
+    rows = store.query("SELECT span_id, parent_span_id, attributes->>'k' FROM spans "
+                       "ORDER BY span_id").rows
+    assert rows == [(f"{i:016x}", None, "1") for i in range(3)]
+
+
+def test_timestamps_are_nanosecond_utc(store: Store) -> None:
+    store.append("spans", spans_batch(1))
+    (ts,) = store.query("SELECT epoch_ns(start_time) FROM spans").rows[0]
+    assert ts == 1_700_000_000_000_000_000
+
+
+def test_append_many_is_one_transaction(store: Store) -> None:
+    bad_logs = pa.table({"time": pa.array([None], pa.timestamp("ns")), "body": ["x"]})
+    good = spans_batch(2)
+    store.append("logs", bad_logs)  # time is nullable in logs
+    with pytest.raises(SchemaMismatch):
+        store.append_many({"spans": good, "incidents": pa.table({"summary": ["no id"]})})
+    assert store.count("spans") == 0
+
+
+def test_unknown_or_mistyped_columns_are_rejected(store: Store) -> None:
+    with pytest.raises(SchemaMismatch, match="unknown columns"):
+        store.append("spans", spans_batch(1).append_column("nope", pa.array([1])))
+    with pytest.raises(SchemaMismatch, match="trace_id is required"):
+        no_trace = pa.array([None], pa.string())
+        store.append("spans", spans_batch(1).set_column(0, "trace_id", no_trace))
+    with pytest.raises(SchemaMismatch, match="start_time"):
+        store.append("spans", spans_batch(1).set_column(3, "start_time", pa.array(["soon"])))
+
+
+@pytest.mark.parametrize("sql", [
+    "INSERT INTO spans (trace_id) VALUES ('x')",
+    "DROP TABLE spans",
+    "COPY spans TO '/tmp/x.csv'",
+    "SELECT 1; DROP TABLE spans",
+    "ATTACH '/tmp/other.duckdb'",
+])
+def test_the_query_path_only_reads(store: Store, sql: str) -> None:
+    with pytest.raises(QueryRejected):
+        store.query(sql)
+    assert store.count("spans") == 0
+
+
+def test_bad_sql_is_a_store_error(store: Store) -> None:
+    with pytest.raises(StoreError, match="nope"):
+        store.query("SELECT * FROM nope")
+
+
+def test_query_limit_reports_truncation(store: Store) -> None:
+    store.append("spans", spans_batch(5))
+    r = store.query("SELECT span_id FROM spans", limit=3)
+    assert len(r.rows) == 3 and r.truncated
+    assert not store.query("SELECT span_id FROM spans", limit=5).truncated
+
+
+def test_data_and_migrations_survive_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "db" / "t.duckdb"
+    s = Store(path)
+    s.append("spans", spans_batch(4))
+    assert s.schema_version == MIGRATIONS[-1].version
+    s.close()
+    s = Store(path)
+    assert s.count("spans") == 4
+    applied = s.query("SELECT version FROM schema_migrations").rows
+    assert applied == [(m.version,) for m in MIGRATIONS]
+    s.close()
+
+
+def test_query_results_carry_python_values(store: Store) -> None:
+    store.append("spans", spans_batch(1))
+    r = store.query("SELECT start_time, name FROM spans")
+    assert isinstance(r.rows[0][0], datetime)
+    assert r.columns == ["start_time", "name"]

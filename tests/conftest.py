@@ -1,0 +1,63 @@
+"""Shared fixtures: real DuckDB files in temp dirs and a real uvicorn server on loopback."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from aiops.config import Settings, load_settings
+from aiops.server.app import create_app
+from aiops.store import Store
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return load_settings(data_dir=tmp_path / "data", server_port=free_port(),
+                         serve_port=free_port())
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(tmp_path / "t.duckdb")
+    yield s
+    s.close()
+
+
+@dataclass
+class RunningServer:
+    url: str
+    store: Store
+    settings: Settings
+
+
+@pytest.fixture
+def server(settings: Settings) -> Iterator[RunningServer]:
+    """The aiops server app in a real uvicorn on a loopback port, in a thread."""
+    store = Store(settings.db_path)
+    config = uvicorn.Config(create_app(settings, store), host="127.0.0.1",
+                            port=settings.server_port, log_level="warning", access_log=False)
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    yield RunningServer(settings.server_url, store, settings)
+    srv.should_exit = True
+    thread.join(timeout=20)
+    store.close()
