@@ -173,3 +173,24 @@ def config_docs() -> None:
 def config_schema() -> None:
     """Print docs/schema.md (generated from the telemetry schema)."""
     typer.echo(schema_reference(), nl=False)
+
+
+@app.command()
+def bench(
+    spans_per_request: Annotated[int, typer.Option(help="Spans in one OTLP request.")] = 1000,
+    requests: Annotated[int, typer.Option(help="Distinct pre-encoded requests.")] = 20,
+    rounds: Annotated[int, typer.Option(help="Times each request is replayed.")] = 5,
+    clients: Annotated[int, typer.Option(help="Concurrent HTTP client threads.")] = 4,
+) -> None:
+    """Ingest benchmark: OTLP spans over HTTP into DuckDB, and the store's append rates."""
+    from aiops.bench import run_ingest
+
+    r = run_ingest(requests, spans_per_request, rounds, clients)
+    t = Table("figure", "value", title=f"ingest: {r.spans:,} spans, {clients} clients")
+    t.add_row("OTLP/HTTP protobuf -> DuckDB (spans/s)", f"{r.http_spans_per_s:,.0f}")
+    t.add_row("server peak RSS (MiB)", f"{r.server_peak_rss_mib:,.0f}")
+    t.add_row("store: Arrow batch append (rows/s)", f"{r.arrow_append_rows_per_s:,.0f}")
+    t.add_row("peer: DuckDB executemany (rows/s)", f"{r.executemany_rows_per_s:,.0f}")
+    ratio = r.arrow_append_rows_per_s / r.executemany_rows_per_s
+    t.add_row("Arrow / executemany", f"{ratio:,.0f}x")
+    console.print(t)

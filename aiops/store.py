@@ -50,6 +50,10 @@ class Store:
             raise StoreError(f"cannot open DuckDB database {path}: {exc}") from exc
         self._write_lock = threading.Lock()
         self.schema_version = apply_migrations(self._conn)
+        # Queries come from HTTP clients: no SQL may read or write files outside the database
+        # (read_csv('/etc/...'), COPY, ATTACH, extensions), and nothing may switch that back on.
+        self._conn.execute("SET enable_external_access = false")
+        self._conn.execute("SET lock_configuration = true")
 
     # -- writes ----------------------------------------------------------------------------
 

@@ -67,6 +67,13 @@ def test_the_query_path_only_reads(store: Store, sql: str) -> None:
     assert store.count("spans") == 0
 
 
+def test_queries_cannot_read_local_files(store: Store) -> None:
+    with pytest.raises(StoreError, match="disabled"):
+        store.query("SELECT * FROM read_text('/etc/hostname')")
+    with pytest.raises(QueryRejected):
+        store.query("SET enable_external_access = true")
+
+
 def test_bad_sql_is_a_store_error(store: Store) -> None:
     with pytest.raises(StoreError, match="nope"):
         store.query("SELECT * FROM nope")

@@ -1,0 +1,179 @@
+"""Benchmarks (``aiops bench``, ``make bench``). Figures go to docs/benchmarks.md by hand, with
+the command that produced them; nothing here asserts a speed.
+
+``ingest``: OTLP/HTTP protobuf spans end to end into DuckDB through a real ``aiops server``
+subprocess, from pre-encoded requests replayed by client threads (so the client is not what is
+measured), and beside it the store's own Arrow append rate and the row-by-row ``executemany``
+insert it replaces.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import httpx
+import pyarrow as pa
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+from aiops.config import Settings
+from aiops.schema import SPANS
+from aiops.stack import settings_env
+from aiops.store import Store
+from collectors.otlp.decode import decode
+
+__all__ = ["IngestResult", "encoded_trace_requests", "run_ingest"]
+
+
+def _kv(key: str, value: str | int) -> KeyValue:
+    v = AnyValue(int_value=value) if isinstance(value, int) else AnyValue(string_value=value)
+    return KeyValue(key=key, value=v)
+
+
+def encoded_trace_requests(n_requests: int, spans_per_request: int) -> list[bytes]:
+    """Distinct OTLP protobuf trace requests shaped like the Serve app's spans."""
+    bodies = []
+    t0 = time.time_ns()
+    for _ in range(n_requests):
+        spans = []
+        for i in range(spans_per_request):
+            start = t0 + i * 1000
+            spans.append(Span(
+                trace_id=secrets.token_bytes(16), span_id=secrets.token_bytes(8),
+                parent_span_id=secrets.token_bytes(8), name="chat smollm2-135m-instruct",
+                kind=Span.SPAN_KIND_INTERNAL, start_time_unix_nano=start,
+                end_time_unix_nano=start + 250_000_000,
+                attributes=[_kv("gen_ai.request.model", "smollm2-135m-instruct"),
+                            _kv("gen_ai.usage.input_tokens", 42),
+                            _kv("gen_ai.usage.output_tokens", 17),
+                            _kv("inference_id", secrets.token_hex(16))]))
+        req = ExportTraceServiceRequest(resource_spans=[ResourceSpans(
+            resource=Resource(attributes=[_kv("service.name", "smollm2-135m-instruct"),
+                                          _kv("service.version", "v1")]),
+            scope_spans=[ScopeSpans(spans=spans)])])
+        bodies.append(req.SerializeToString())
+    return bodies
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    spans: int
+    http_spans_per_s: float
+    server_peak_rss_mib: float
+    arrow_append_rows_per_s: float
+    executemany_rows_per_s: float
+
+
+def _peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _http_ingest(
+    bodies: list[bytes], rounds: int, clients: int, workdir: Path
+) -> tuple[float, float]:
+    port = _free_port()
+    settings = Settings(data_dir=workdir / "server", server_port=port, log_level="WARNING")
+    env = {**os.environ, **settings_env(settings)}
+    proc = subprocess.Popen([sys.executable, "-m", "aiops", "server"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{settings.server_url}/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.2)
+        jobs = [b for _ in range(rounds) for b in bodies]
+        lock = threading.Lock()
+        errors: list[str] = []
+
+        def worker() -> None:
+            with httpx.Client(base_url=settings.server_url, timeout=60) as c:
+                while True:
+                    with lock:
+                        if not jobs:
+                            return
+                        body = jobs.pop()
+                    r = c.post("/v1/traces", content=body,
+                               headers={"content-type": "application/x-protobuf"})
+                    if r.status_code != 200:
+                        errors.append(r.text)
+
+        threads = [threading.Thread(target=worker) for _ in range(clients)]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - started
+        if errors:
+            raise RuntimeError(f"{len(errors)} requests failed, e.g. {errors[0]}")
+        return elapsed, _peak_rss_mib(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _store_rates(bodies: list[bytes], workdir: Path) -> tuple[float, float]:
+    tables = [decode("traces", b, "protobuf")["spans"] for b in bodies]
+    rows = sum(t.num_rows for t in tables)
+    store = Store(workdir / "arrow.duckdb")
+    started = time.perf_counter()
+    for t in tables:
+        store.append("spans", t)
+    arrow_rate = rows / (time.perf_counter() - started)
+    store.close()
+    # The peer: the same rows through DB-API executemany, one small table's worth.
+    conn = duckdb.connect(str(workdir / "rows.duckdb"))
+    conn.execute(SPANS.ddl())
+    # datetime has microseconds; the peer gets the timestamps at that precision.
+    first = tables[0]
+    for i, field in enumerate(first.schema):
+        if pa.types.is_timestamp(field.type):
+            first = first.set_column(i, field.name, first.column(i).cast(pa.timestamp("us"),
+                                                                          safe=False))
+    sample = first.to_pylist()
+    placeholders = ", ".join("?" for _ in SPANS.columns)
+    started = time.perf_counter()
+    conn.executemany(f"INSERT INTO spans VALUES ({placeholders})",
+                     [[r[c] for c in SPANS.column_names] for r in sample])
+    row_rate = len(sample) / (time.perf_counter() - started)
+    conn.close()
+    return arrow_rate, row_rate
+
+
+def run_ingest(requests: int = 20, spans_per_request: int = 1000, rounds: int = 5,
+               clients: int = 4) -> IngestResult:
+    bodies = encoded_trace_requests(requests, spans_per_request)
+    with tempfile.TemporaryDirectory(prefix="aiops-bench-") as tmp:
+        work = Path(tmp)
+        elapsed, rss = _http_ingest(bodies, rounds, clients, work)
+        arrow_rate, row_rate = _store_rates(bodies, work)
+    total = requests * spans_per_request * rounds
+    return IngestResult(total, total / elapsed, rss, arrow_rate, row_rate)
