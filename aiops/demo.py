@@ -21,9 +21,9 @@ from aiops.stack import down, up
 __all__ = ["QUESTIONS", "TraceRecords", "chat", "records_for_trace", "run_demo"]
 
 QUESTIONS = (
-    "What is the capital of France? Answer in one sentence.",
+    "Paris is the capital of which country?",
     "Name three primary colors.",
-    "Say hello to an SRE on call, in one short sentence.",
+    "What color is the sky on a clear day?",
 )
 MODEL = "smollm2-135m-instruct"
 

@@ -158,12 +158,19 @@ def _stop(components: list[Component], timeout_s: float = 60.0) -> None:
         for pid in [c.pid, *session_members(c.pid)]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        while _alive(c.pid):
+        # SIGKILL is asynchronous: return only once the whole session is gone.
+        deadline = time.monotonic() + 10
+        while (_alive(c.pid) or session_members(c.pid)) and time.monotonic() < deadline:
             time.sleep(0.1)
+        if session_members(c.pid):
+            log.error("%s: processes %s survived SIGKILL", c.name, session_members(c.pid))
 
 
 def session_members(sid: int, proc: Path = Path("/proc")) -> list[int]:
-    """Pids whose session id is ``sid`` (Linux /proc; ``proc`` is injectable for tests)."""
+    """Live pids whose session id is ``sid`` (Linux /proc; ``proc`` is injectable for tests).
+
+    Zombies are left out: they are already dead, waiting for a parent (often init) to reap them.
+    """
     members = []
     for stat in proc.glob("[0-9]*/stat"):
         try:
@@ -171,7 +178,7 @@ def session_members(sid: int, proc: Path = Path("/proc")) -> list[int]:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[3]) == sid:
+        if int(fields[3]) == sid and fields[0] != "Z":
             members.append(int(stat.parent.name))
     return members
 
