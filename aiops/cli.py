@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -49,24 +47,17 @@ def main(
         raise _fail(exc, 2) from exc
 
 
-def _configure_logging(level: str) -> None:
-    from pythonjsonlogger.json import JsonFormatter
-
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
-
-
 @app.command()
 def server(ctx: typer.Context) -> None:
     """Run the aiops server (OTLP receiver, SQL API, /metrics) in the foreground."""
     import uvicorn
 
+    from aiops.logs import configure_json_logging
     from aiops.server.app import create_app
     from aiops.store import Store
 
     settings = _settings(ctx)
-    _configure_logging(settings.log_level)
+    configure_json_logging(settings.log_level)
     try:
         store = Store(settings.db_path)
     except AIOpsError as exc:

@@ -11,6 +11,7 @@ import signal
 import threading
 
 from aiops.config import Settings, load_settings
+from aiops.logs import configure_json_logging
 from serve.app import APP_NAME, ServeOptions, build_app
 
 __all__ = ["main", "run"]
@@ -39,8 +40,7 @@ def run(settings: Settings, stop: threading.Event) -> None:
 
 def main() -> None:
     settings = load_settings()
-    logging.basicConfig(level=settings.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_json_logging(settings.log_level)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
