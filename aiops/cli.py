@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from aiops.config import Settings, load_settings, settings_reference
@@ -31,7 +32,7 @@ def _settings(ctx: typer.Context) -> Settings:
 
 
 def _fail(exc: AIOpsError, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {exc}")
+    err_console.print(f"[red]error:[/red] {escape(str(exc))}")
     return typer.Exit(code)
 
 
@@ -184,4 +185,30 @@ def bench(
     t.add_row("peer: DuckDB executemany (rows/s)", f"{r.executemany_rows_per_s:,.0f}")
     ratio = r.arrow_append_rows_per_s / r.executemany_rows_per_s
     t.add_row("Arrow / executemany", f"{ratio:,.0f}x")
+    console.print(t)
+
+
+models_app = typer.Typer(no_args_is_help=True, help="Model specs.")
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("check")
+def models_check(
+    ctx: typer.Context,
+    path: Annotated[Path | None, typer.Argument(help="Spec file (default: configured).")] = None,
+) -> None:
+    """Validate a model spec file and list what it would serve. Exit 2 when invalid."""
+    from serve.specs import DEFAULT_SPECS_FILE, load_specs
+
+    file = path or _settings(ctx).models_file or DEFAULT_SPECS_FILE
+    try:
+        specs = load_specs(file)
+    except AIOpsError as exc:
+        raise _fail(exc, 2) from exc
+    t = Table("model", "version", "type", "backend", "replicas", "cpus", "priority",
+              title=str(file))
+    for s in specs:
+        t.add_row(s.name, s.version, s.model_type.value, s.backend,
+                  f"{s.autoscaling.min_replicas}-{s.autoscaling.max_replicas}",
+                  f"{s.resources.num_cpus:g}", s.qos.priority.value)
     console.print(t)

@@ -64,13 +64,18 @@ class Settings(BaseSettings):
     ray_num_cpus: int = Field(
         2, ge=1, description="CPUs the local Ray instance advertises to its scheduler."
     )
-    model_num_cpus: float = Field(
-        1.0, gt=0, description="CPUs one chat-model replica requests (fractions allowed)."
+    models_file: Path | None = Field(
+        None,
+        description="Model spec YAML (see docs/models.md); empty means the packaged default "
+        "`serve/models.yaml`.",
     )
-    model_threads: int = Field(2, ge=1, description="llama.cpp threads per chat-model replica.")
-    model_context: int = Field(2048, ge=128, description="llama.cpp context window in tokens.")
-    max_tokens_limit: int = Field(
-        1024, ge=1, description="Largest `max_tokens` a chat request may ask for (HTTP 400 above)."
+    api_keys: str = Field(
+        "",
+        description="Comma-separated API keys for the OpenAI endpoints; empty disables auth.",
+    )
+    max_request_bytes: int = Field(
+        20 * 1024 * 1024, ge=1024,
+        description="Largest request body the OpenAI endpoints accept (HTTP 413 above).",
     )
     otlp_export_interval_s: float = Field(
         1.0,

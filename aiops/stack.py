@@ -43,6 +43,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     env = {}
     for name in Settings.model_fields:
         value = getattr(settings, name)
+        if value is None:
+            continue
         if isinstance(value, Path):
             value = value.resolve()
         env[f"{ENV_PREFIX}{name.upper()}"] = str(value)
@@ -120,6 +122,10 @@ def up(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> 
     if running:
         raise StackError(f"the stack is already running from {settings.data_dir} "
                          f"({', '.join(c.name for c in running)}); run `aiops down` first")
+    # Fail on a bad model spec file now, with its message, not in a child's log.
+    from serve.specs import DEFAULT_SPECS_FILE, load_specs
+
+    load_specs(settings.models_file or DEFAULT_SPECS_FILE)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     started: list[Component] = []
     try:

@@ -12,7 +12,8 @@ import threading
 
 from aiops.config import Settings, load_settings
 from aiops.logs import configure_json_logging
-from serve.app import APP_NAME, ServeOptions, build_app
+from serve.app import APP_NAME, build_app
+from serve.options import ServeOptions
 
 __all__ = ["main", "run"]
 
@@ -23,12 +24,13 @@ def run(settings: Settings, stop: threading.Event) -> None:
     import ray
     from ray import serve
 
+    options = ServeOptions.from_settings(settings)  # bad specs fail before Ray starts
     # address="local" always starts a new instance, never joins someone else's cluster.
     ray.init(address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False,
              logging_level=logging.WARNING, namespace=APP_NAME)
     try:
         serve.start(http_options={"host": settings.serve_host, "port": settings.serve_port})
-        serve.run(build_app(ServeOptions.from_settings(settings)), name=APP_NAME,
+        serve.run(build_app(options), name=APP_NAME,
                   route_prefix="/")
         log.info("serve application %s ready at %s", APP_NAME, settings.serve_url)
         stop.wait()

