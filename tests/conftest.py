@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from typer.testing import CliRunner
 
+from aiops.cli import app as cli_app
 from aiops.config import Settings, load_settings
 from aiops.server.app import create_app
+from aiops.stack import read_state, session_members, settings_env
 from aiops.store import Store
 
 
@@ -61,3 +64,25 @@ def server(settings: Settings) -> Iterator[RunningServer]:
     srv.should_exit = True
     thread.join(timeout=20)
     store.close()
+
+
+TEST_MODELS = Path(__file__).with_name("models-test.yaml")
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """One real stack for the whole session, started and stopped through the CLI:
+    aiops server + local Ray + Serve with the models of tests/models-test.yaml."""
+    data_dir = tmp_path_factory.mktemp("stack")
+    s = Settings(data_dir=data_dir, server_port=free_port(), serve_port=free_port(),
+                 models_file=TEST_MODELS)
+    env = settings_env(s)
+    result = CliRunner().invoke(cli_app, ["up"], env=env)
+    assert result.exit_code == 0, result.output
+    components = read_state(s)
+    yield s
+    result = CliRunner().invoke(cli_app, ["down"], env=env)
+    assert result.exit_code == 0, result.output
+    leftovers = [pid for c in components for pid in session_members(c.pid)]
+    assert leftovers == [], f"processes left running after down: {leftovers}"
+    assert not (data_dir / "stack.json").exists()

@@ -1,49 +1,31 @@
-"""The embedded stack for real: aiops server + local Ray + Serve + SmolLM2 via llama.cpp.
-
-One stack per module (start-up is ~10 s); every test talks to it over loopback HTTP.
-"""
+"""The embedded stack for real (the session's `stack` fixture): traces into DuckDB, the CLI."""
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import openai
 import pytest
 from typer.testing import CliRunner
 
-from aiops import stack
+from aiops import stack as stack_mod
 from aiops.cli import app
 from aiops.client import ServerClient
 from aiops.config import Settings
 from aiops.demo import MODEL, chat, wait_for_trace
 from aiops.errors import StackError
-from aiops.stack import session_members
-from tests.conftest import free_port
 
 pytestmark = pytest.mark.stack
 
 
 def _env(s: Settings) -> dict[str, str]:
-    return stack.settings_env(s)
+    return stack_mod.settings_env(s)
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    data_dir: Path = tmp_path_factory.mktemp("stack")
-    s = Settings(data_dir=data_dir, server_port=free_port(), serve_port=free_port())
-    result = CliRunner().invoke(app, ["up"], env=_env(s))
-    assert result.exit_code == 0, result.output
-    components = stack.read_state(s)
-    yield s
-    result = CliRunner().invoke(app, ["down"], env=_env(s))
-    assert result.exit_code == 0, result.output
-    leftovers = [pid for c in components for pid in session_members(c.pid)]
-    assert leftovers == [], f"processes left running after down: {leftovers}"
-    assert not (data_dir / stack.STATE_FILE).exists()
+def running(stack: Settings) -> Settings:
+    return stack
 
 
 def test_a_traced_chat_request_lands_in_duckdb_as_spans_logs_and_metrics(
@@ -79,30 +61,20 @@ def test_a_traced_chat_request_lands_in_duckdb_as_spans_logs_and_metrics(
             r["name"] for r in labelled}
 
 
-def test_the_official_openai_client_can_chat(running: Settings) -> None:
-    client = openai.OpenAI(base_url=f"{running.serve_url}/v1", api_key="unused")
-    assert [m.id for m in client.models.list()] == [MODEL, "minilm-l6-v2", "ppocr-v4"]
-    out = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8)
-    assert out.choices[0].message.content
-    assert out.usage is not None and out.usage.completion_tokens > 0
-
-
 @pytest.mark.parametrize(("body", "status", "param"), [
     ({"model": MODEL, "messages": []}, 400, "messages"),
     ({"model": MODEL, "messages": [{"role": "robot", "content": "x"}]}, 400, "messages.0.role"),
-    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6},
-     400, "max_tokens"),
     ({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}, 404, "model"),
     ({"messages": [{"role": "user", "content": "x"}]}, 400, "model"),
 ])
-def test_invalid_chat_requests_get_openai_style_errors(
+def test_invalid_chat_requests_get_openai_style_errors_with_trace_headers(
     running: Settings, body: dict[str, object], status: int, param: str,
 ) -> None:
     resp = httpx.post(f"{running.serve_url}/v1/chat/completions", json=body, timeout=30)
     assert resp.status_code == status
     error = resp.json()["error"]
     assert error["param"] == param and error["message"]
+    assert resp.headers["x-inference-id"] and resp.headers["traceparent"]
 
 
 def test_a_body_that_is_not_json_gets_400(running: Settings) -> None:
@@ -125,7 +97,7 @@ def test_status_and_sql_commands(running: Settings) -> None:
 
 def test_a_second_up_is_refused_while_running(running: Settings) -> None:
     with pytest.raises(StackError, match="already running"):
-        stack.up(running)
+        stack_mod.up(running)
 
 
 def test_the_server_keeps_ingesting_after_the_model_answers(running: Settings) -> None:
