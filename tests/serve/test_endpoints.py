@@ -69,7 +69,8 @@ def test_completions_plain_and_streamed(client: openai.OpenAI) -> None:
 
 def test_embeddings_in_both_encodings(client: openai.OpenAI, stack: Settings) -> None:
     # The openai client asks for base64 and decodes it; plain HTTP gets floats.
-    out = client.embeddings.create(model=EMBED, input=["the GPU ran out of memory", "CUDA out of memory error"])
+    out = client.embeddings.create(
+        model=EMBED, input=["the GPU ran out of memory", "CUDA out of memory error"])
     a, b = (np.array(d.embedding) for d in out.data)
     assert a.shape == (384,) and 0.5 < float(a @ b) <= 1.0
     raw = httpx.post(f"{stack.serve_url}/v1/embeddings",
