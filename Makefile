@@ -40,7 +40,7 @@ demo: install
 	$(BIN)/aiops demo
 
 bench: install
-	$(BIN)/python -m aiops bench
+	$(BIN)/python -m aiops bench all
 
 lint: install
 	$(BIN)/ruff check .

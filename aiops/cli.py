@@ -167,15 +167,19 @@ def config_schema() -> None:
     typer.echo(schema_reference(), nl=False)
 
 
-@app.command()
-def bench(
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (figures in docs/benchmarks.md).")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("ingest")
+def bench_ingest(
     spans_per_request: Annotated[int, typer.Option(help="Spans in one OTLP request.")] = 1000,
     requests: Annotated[int, typer.Option(help="Distinct pre-encoded requests.")] = 20,
     rounds: Annotated[int, typer.Option(help="Times each request is replayed.")] = 5,
     clients: Annotated[int, typer.Option(help="Concurrent HTTP client threads.")] = 4,
 ) -> None:
-    """Ingest benchmark: OTLP spans over HTTP into DuckDB, and the store's append rates."""
-    from aiops.bench import run_ingest
+    """OTLP spans over HTTP into DuckDB, beside the store's own append rates."""
+    from aiops.bench.ingest import run_ingest
 
     r = run_ingest(requests, spans_per_request, rounds, clients)
     t = Table("figure", "value", title=f"ingest: {r.spans:,} spans, {clients} clients")
@@ -187,6 +191,34 @@ def bench(
     t.add_row("Arrow / executemany", f"{ratio:,.0f}x")
     console.print(t)
 
+
+@bench_app.command("serve")
+def bench_serve(
+    latency_samples: Annotated[int, typer.Option(help="Requests per path.")] = 400,
+    chat_requests: Annotated[int, typer.Option(help="Chat requests per side.")] = 8,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens per chat request.")] = 96,
+) -> None:
+    """Tokens/s full stack vs in-process; latency added over a bare Serve deployment."""
+    from aiops.bench.serving import run_serving
+
+    r = run_serving(latency_samples, chat_requests, max_tokens)
+    t = Table("figure", "aiops", "peer", "ratio / delta",
+              title=f"serve: {chat_requests} chat requests, {latency_samples} echo requests")
+    t.add_row("chat tokens/s (stack vs in-process)", f"{r.stack_tokens_per_s:,.1f}",
+              f"{r.inprocess_tokens_per_s:,.1f}",
+              f"{r.stack_tokens_per_s / r.inprocess_tokens_per_s:.2f}x")
+    t.add_row("p50 latency ms (aiops vs bare Serve)", f"{r.aiops_p50_ms:.2f}",
+              f"{r.bare_p50_ms:.2f}", f"+{r.aiops_p50_ms - r.bare_p50_ms:.2f} ms")
+    t.add_row("p99 latency ms (aiops vs bare Serve)", f"{r.aiops_p99_ms:.2f}",
+              f"{r.bare_p99_ms:.2f}", f"+{r.aiops_p99_ms - r.bare_p99_ms:.2f} ms")
+    console.print(t)
+
+
+@bench_app.command("all")
+def bench_all() -> None:
+    """Every benchmark with its defaults (what `make bench` runs)."""
+    bench_ingest()
+    bench_serve()
 
 models_app = typer.Typer(no_args_is_help=True, help="Model specs.")
 app.add_typer(models_app, name="models")

@@ -120,6 +120,8 @@ class Ingress:
                 capacity=s.autoscaling.max_replicas * s.max_ongoing_requests,
                 max_queue={p: s.qos.max_queue for p in Priority})
             for s in options.specs}
+        self.validators = {s.name: jsonschema.Draft202012Validator(s.input_schema)
+                           for s in options.specs if s.input_schema}
         self.replicas: dict[str, int] = {}
         self.telemetry = Telemetry(options.telemetry, _replica_resource(INGRESS_NAME, "0.2.0"),
                                    component="ingress")
@@ -248,8 +250,8 @@ class Ingress:
         if capability not in spec.capabilities:
             raise ApiError(400, f"model {name!r} ({spec.model_type.value}) does not support "
                            f"{capability}", param="model", code="unsupported_capability")
-        if spec.input_schema:
-            validator = jsonschema.Draft202012Validator(spec.input_schema)
+        validator = self.validators.get(spec.name)
+        if validator is not None:
             error = next(iter(sorted(validator.iter_errors(raw), key=str)), None)
             if error is not None:
                 path = ".".join(str(p) for p in error.absolute_path) or None

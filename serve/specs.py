@@ -155,7 +155,8 @@ class ModelSpec(_Strict):
     backend: str
     model_type: ModelType
     modalities: list[Modality] = Field(default_factory=lambda: [Modality.TEXT])
-    artifact: Artifact
+    artifact: Artifact | None = Field(None, description="Absent only for backends that "
+                                      "load nothing (echo).")
     input_schema: dict[str, Any] = Field(
         default_factory=dict, description="JSON Schema every request body must also satisfy.")
     output_schema: dict[str, Any] = Field(
@@ -175,6 +176,12 @@ class ModelSpec(_Strict):
             except jsonschema.SchemaError as exc:
                 raise ValueError(f"{field} is not a valid JSON Schema: {exc.message}") from exc
         return self
+
+    def artifact_path(self) -> Path:
+        if self.artifact is None:
+            raise SpecError(f"model {self.name!r} has no artifact, but backend "
+                            f"{self.backend!r} needs one")
+        return self.artifact.resolve()
 
     @property
     def deployment_name(self) -> str:

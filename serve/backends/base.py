@@ -106,6 +106,7 @@ _BUILTIN_MODULES = (
     "serve.backends.llamacpp",
     "serve.backends.onnx_embedding",
     "serve.backends.onnx_ocr",
+    "serve.backends.echo",
 )
 
 

@@ -38,7 +38,7 @@ class LlamaCppBackend:
 
     @property
     def model_path(self) -> Path:
-        return self.spec.artifact.resolve()
+        return self.spec.artifact_path()
 
     def start(self) -> None:
         try:

@@ -60,7 +60,7 @@ class OnnxEmbeddingBackend:
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
-        model = self.spec.artifact.resolve()
+        model = self.spec.artifact_path()
         try:
             self._session = ort.InferenceSession(str(model), options,
                                                  providers=["CPUExecutionProvider"])

@@ -9,10 +9,7 @@ insert it replaces.
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -27,9 +24,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from aiops.config import Settings
+from aiops.bench.common import peak_rss_mib, running_server
 from aiops.schema import SPANS
-from aiops.stack import settings_env
 from aiops.store import Store
 from collectors.otlp.decode import decode
 
@@ -75,32 +71,10 @@ class IngestResult:
     executemany_rows_per_s: float
 
 
-def _peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def _http_ingest(
     bodies: list[bytes], rounds: int, clients: int, workdir: Path
 ) -> tuple[float, float]:
-    port = _free_port()
-    settings = Settings(data_dir=workdir / "server", server_port=port, log_level="WARNING")
-    env = {**os.environ, **settings_env(settings)}
-    proc = subprocess.Popen([sys.executable, "-m", "aiops", "server"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{settings.server_url}/readyz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not start")
-            time.sleep(0.2)
+    with running_server(workdir) as (settings, pid):
         jobs = [b for _ in range(rounds) for b in bodies]
         lock = threading.Lock()
         errors: list[str] = []
@@ -126,18 +100,7 @@ def _http_ingest(
         elapsed = time.perf_counter() - started
         if errors:
             raise RuntimeError(f"{len(errors)} requests failed, e.g. {errors[0]}")
-        return elapsed, _peak_rss_mib(proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        return elapsed, peak_rss_mib(pid)
 
 
 def _store_rates(bodies: list[bytes], workdir: Path) -> tuple[float, float]:

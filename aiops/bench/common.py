@@ -1,0 +1,62 @@
+"""Pieces the benchmarks share: a real aiops server subprocess, ports, percentiles."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from aiops.config import Settings, load_settings
+from aiops.stack import settings_env
+
+__all__ = ["free_port", "peak_rss_mib", "percentile", "running_server"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+@contextmanager
+def running_server(workdir: Path) -> Iterator[tuple[Settings, int]]:
+    """``aiops server`` in a subprocess on a free port, with its DuckDB under ``workdir``."""
+    settings = load_settings(data_dir=workdir / "server", server_port=free_port(),
+                             log_level="WARNING")
+    env = {**os.environ, **settings_env(settings)}
+    proc = subprocess.Popen([sys.executable, "-m", "aiops", "server"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{settings.server_url}/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("the aiops server did not start")
+            time.sleep(0.2)
+        yield settings, proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -1,0 +1,162 @@
+"""Serving benchmark (``aiops bench serve``), two figures side by side in one run:
+
+1. Tokens/s of the chat model through the full stack (HTTP -> ingress -> replica, telemetry
+   exported to a real aiops server) vs the same backend called in-process with the same
+   requests (greedy decoding, so both produce the same tokens). Goal: >= 0.9x.
+2. Latency the ingress and instrumentation add over a bare Serve deployment: the same two-hop
+   shape (HTTP deployment -> model deployment by handle), once through aiops' instrumented
+   ingress + ModelReplica with the ``echo`` backend, once through two plain deployments doing
+   the same echo. Requests alternate so drift hits both alike. Goal: <= 2 ms at p50.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from aiops.bench.common import free_port, percentile, running_server
+from serve.specs import DEFAULT_SPECS_FILE, ModelSpec, load_specs
+
+__all__ = ["ServingResult", "run_serving"]
+
+PROMPTS = [
+    "Explain what a load balancer does.",
+    "Write a short poem about the sea.",
+    "List three uses of a hash map.",
+    "Describe a sunrise in the mountains.",
+]
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    stack_tokens_per_s: float
+    inprocess_tokens_per_s: float
+    bare_p50_ms: float
+    bare_p99_ms: float
+    aiops_p50_ms: float
+    aiops_p99_ms: float
+    latency_samples: int
+    chat_requests: int
+
+
+def _chat_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens, "temperature": 0.0, "seed": 11}
+
+
+def _bare_app() -> Any:
+    from ray import serve
+    from starlette.requests import Request
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.1})
+    class BareModel:
+        def generate(self, text: str) -> str:
+            return text
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.1})
+    class BareIngress:
+        def __init__(self, model: Any) -> None:
+            self.model = model
+
+        async def __call__(self, request: Request) -> dict[str, Any]:
+            body = await request.json()
+            text = await self.model.generate.remote(body["messages"][-1]["content"])
+            return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                 "finish_reason": "stop"}]}
+
+    return BareIngress.bind(BareModel.bind())  # type: ignore[attr-defined]
+
+
+def _echo_spec() -> ModelSpec:
+    return ModelSpec.model_validate({
+        "name": "echo", "version": "v1", "backend": "echo", "model_type": "llm",
+        "max_ongoing_requests": 8, "resources": {"num_cpus": 0.1},
+        "qos": {"max_queue": 64}})
+
+
+def _chat_spec() -> ModelSpec:
+    spec = next(s for s in load_specs(DEFAULT_SPECS_FILE) if s.backend == "llama_cpp")
+    return spec.model_copy(update={"autoscaling": spec.autoscaling.model_copy(
+        update={"min_replicas": 1, "max_replicas": 1})})
+
+
+def _tokens_per_s(url: str, spec: ModelSpec, n: int, max_tokens: int) -> float:
+    tokens, started = 0, time.perf_counter()
+    with httpx.Client(timeout=300) as c:
+        for i in range(n):
+            r = c.post(f"{url}/v1/chat/completions",
+                       json=_chat_body(spec.name, PROMPTS[i % len(PROMPTS)], max_tokens))
+            r.raise_for_status()
+            tokens += r.json()["usage"]["completion_tokens"]
+    return tokens / (time.perf_counter() - started)
+
+
+def _inprocess_tokens_per_s(spec: ModelSpec, n: int, max_tokens: int) -> float:
+    from serve.backends.base import ChatMessage, GenerationRequest, get_backend
+
+    backend: Any = get_backend(spec.backend)(spec)
+    backend.start()
+    try:
+        backend.generate(GenerationRequest(messages=(ChatMessage("user", "hi"),), max_tokens=4))
+        tokens, started = 0, time.perf_counter()
+        for i in range(n):
+            out = backend.generate(GenerationRequest(
+                messages=(ChatMessage("user", PROMPTS[i % len(PROMPTS)]),),
+                max_tokens=max_tokens, temperature=0.0, seed=11))
+            tokens += out.completion_tokens
+        return tokens / (time.perf_counter() - started)
+    finally:
+        backend.shutdown()
+
+
+def run_serving(latency_samples: int = 400, chat_requests: int = 8,
+                max_tokens: int = 96) -> ServingResult:
+    import ray
+    from ray import serve
+
+    from serve.app import build_app
+    from serve.options import ServeOptions
+    from serve.telemetry import TelemetryConfig
+
+    chat = _chat_spec()
+    with tempfile.TemporaryDirectory(prefix="aiops-bench-") as tmp, \
+            running_server(Path(tmp)) as (settings, _):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        ray.init(address="local", num_cpus=2, include_dashboard=False,
+                 logging_level=logging.WARNING, log_to_driver=False)
+        try:
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+            options = ServeOptions(specs=(_echo_spec(), chat),
+                                   telemetry=TelemetryConfig(settings.server_url, 1.0))
+            serve.run(build_app(options), name="aiops", route_prefix="/")
+            serve.run(_bare_app(), name="bare", route_prefix="/bare")
+
+            bare: list[float] = []
+            instrumented: list[float] = []
+            body = _chat_body("echo", "the quick brown fox jumps over the lazy dog", 16)
+            with httpx.Client(timeout=30) as c:
+                for i in range(latency_samples + 50):
+                    for path, sink in (("/bare", bare), ("/v1/chat/completions", instrumented)):
+                        started = time.perf_counter()
+                        c.post(f"{url}{path}", json=body).raise_for_status()
+                        if i >= 50:  # the first 50 rounds warm both paths up
+                            sink.append((time.perf_counter() - started) * 1000)
+
+            _tokens_per_s(url, chat, 1, 4)  # warm-up
+            stack_rate = _tokens_per_s(url, chat, chat_requests, max_tokens)
+            serve.shutdown()  # type: ignore[no-untyped-call]
+        finally:
+            ray.shutdown()
+    inprocess_rate = _inprocess_tokens_per_s(chat, chat_requests, max_tokens)
+    return ServingResult(
+        stack_tokens_per_s=stack_rate, inprocess_tokens_per_s=inprocess_rate,
+        bare_p50_ms=percentile(bare, 50), bare_p99_ms=percentile(bare, 99),
+        aiops_p50_ms=percentile(instrumented, 50), aiops_p99_ms=percentile(instrumented, 99),
+        latency_samples=latency_samples, chat_requests=chat_requests)
