@@ -9,7 +9,10 @@ EXTRAS ?= serve,dev
 # Debian packages: a C/C++ toolchain and cmake, to compile llama-cpp-python (no wheel on PyPI).
 DEB_PACKAGES := build-essential cmake
 
-.PHONY: demo test bench lint install sysdeps docs clean
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.aiops-installed
+
+.PHONY: demo test bench lint install vllm-env sysdeps docs clean
 
 install: sysdeps $(STAMP)
 
@@ -31,8 +34,20 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
 
-test: install
-	@$(BIN)/python -m pytest; rc=$$?; \
+# vLLM (CPU build, ~3.5 GB with CPU torch) in its own virtualenv; Serve runs the vLLM
+# model's replicas with this interpreter (the spec's `python`).
+vllm-env: sysdeps $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml constraints-vllm.txt
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade "pip==$$(grep -oP '^pip==\K.*' constraints.txt || echo 25.3)"
+	$(VLLM_VENV)/bin/python -m pip install -c constraints-vllm.txt -e '.[replica,vllm]'
+	# PyPI's torchvision/torchaudio/torchcodec crash beside CPU torch, and vLLM runs without them.
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+test: install vllm-env
+	@AIOPS_REQUIRE_VLLM=1 $(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure"; exit 1; fi; \
 	exit $$rc
 
@@ -52,4 +67,4 @@ docs: install
 	$(BIN)/aiops config schema > docs/schema.md
 
 clean:
-	rm -rf $(VENV) .aiops .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .aiops .pytest_cache .mypy_cache .ruff_cache

@@ -138,7 +138,7 @@ def up(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> 
         serve_proc = _spawn("serve", [sys.executable, "-m", "serve.runner"], settings)
         started.append(serve_proc)
         _write_state(settings, started)
-        _wait_ready(serve_proc, f"{settings.serve_url}/healthz", settings.startup_timeout_s)
+        _wait_ready(serve_proc, f"{settings.serve_url}/readyz", settings.startup_timeout_s)
     except BaseException:
         _stop(started)
         _state_path(settings).unlink(missing_ok=True)
@@ -202,7 +202,7 @@ def down(settings: Settings, progress: Callable[[str], None] = lambda _: None) -
 
 def status(settings: Settings) -> list[dict[str, object]]:
     """One row per component: pid, whether it runs, and whether its endpoint answers."""
-    urls = {"server": f"{settings.server_url}/readyz", "serve": f"{settings.serve_url}/healthz"}
+    urls = {"server": f"{settings.server_url}/readyz", "serve": f"{settings.serve_url}/readyz"}
     rows: list[dict[str, object]] = []
     for c in read_state(settings):
         healthy = False

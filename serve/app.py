@@ -41,6 +41,8 @@ def deployment_options(spec: ModelSpec) -> Mapping[str, Any]:
         actor["num_gpus"] = spec.resources.num_gpus
     if spec.resources.memory_mb:
         actor["memory"] = spec.resources.memory_mb * 2**20
+    if spec.python is not None:
+        actor["runtime_env"] = {"py_executable": str(spec.python)}
     return {
         "name": spec.deployment_name,
         "max_ongoing_requests": spec.max_ongoing_requests,

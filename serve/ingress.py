@@ -324,6 +324,15 @@ class Ingress:
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
 
+    @api.get("/readyz")
+    async def readyz(self) -> JSONResponse:
+        """200 once every model has the replicas it needs to answer (min_replicas, or 1)."""
+        waiting = [s.deployment_name for s in self.specs.values()
+                   if self.replicas.get(s.deployment_name, 0) < min(1, s.autoscaling.min_replicas)]
+        if waiting:
+            return JSONResponse({"status": "starting", "waiting_for": waiting}, status_code=503)
+        return JSONResponse({"status": "ready", "replicas": self.replicas})
+
     @api.get("/v1/models")
     async def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from typing import Any, Protocol, runtime_checkable
 
 import jsonschema
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, use_span
 
 from aiops.errors import ModelError
@@ -31,7 +32,7 @@ from serve.backends.base import (
 from serve.specs import ModelSpec
 from serve.telemetry import Telemetry, TelemetryConfig, attrs, extract_context
 
-__all__ = ["ModelReplica", "ReportsCacheUsage"]
+__all__ = ["ModelReplica", "ReportsCacheUsage", "ReportsEngineMetrics"]
 
 _DONE = object()
 
@@ -41,6 +42,13 @@ class ReportsCacheUsage(Protocol):
     """A backend that can say how full its KV cache / context is (0..1)."""
 
     def cache_usage(self) -> float: ...
+
+
+@runtime_checkable
+class ReportsEngineMetrics(Protocol):
+    """A backend whose engine keeps its own metrics (vLLM): exported as gauges."""
+
+    def engine_metrics(self) -> list[tuple[str, float]]: ...
 
 
 class ModelReplica:
@@ -71,10 +79,26 @@ class ModelReplica:
             description="Share of the backend's KV cache / context in use after a request")
         self.backend = get_backend(spec.backend)(spec)
         self.backend.start()
+        if isinstance(self.backend, ReportsEngineMetrics):
+            from serve.backends.vllm_engine import ENGINE_METRICS
+
+            for name in ENGINE_METRICS.values():
+                meter.create_observable_gauge(
+                    name, callbacks=[self._engine_observer(name)],
+                    description="The engine's own metric (counters are cumulative)")
         self._output = (jsonschema.Draft202012Validator(spec.output_schema)
                         if spec.output_schema else None)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _engine_observer(self, name: str) -> Any:
+        def observe(_: CallbackOptions) -> Iterator[Observation]:
+            backend: ReportsEngineMetrics = self.backend  # type: ignore[assignment]
+            for metric, value in backend.engine_metrics():
+                if metric == name:
+                    yield Observation(value, self.labels)
+
+        return observe
 
     def _span(self, operation: str, carrier: Mapping[str, str], inference_id: str,
               extra: Mapping[str, Any] | None = None) -> Span:

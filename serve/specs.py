@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,9 @@ class ModelSpec(_Strict):
     qos: QoS = QoS()
     autoscaling: Autoscaling = Autoscaling()
     options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific.")
+    python: Path | None = Field(
+        None, description="Interpreter of a virtualenv to run this model's replicas in (for "
+        "engines whose pins clash with the main environment); relative to the spec file.")
 
     @model_validator(mode="after")
     def _schemas_are_json_schema(self) -> ModelSpec:
@@ -219,6 +223,14 @@ def load_specs(path: Path = DEFAULT_SPECS_FILE) -> list[ModelSpec]:
         specs = SpecFile.model_validate(raw).models
     except ValidationError as exc:
         raise SpecError(f"{path}: invalid model specs: {_describe(raw, exc)}") from exc
+    # abspath, not resolve(): a venv's python is a symlink, and following it leaves the venv.
+    specs = [s if s.python is None or s.python.is_absolute()
+             else s.model_copy(update={"python": Path(os.path.abspath(path.parent / s.python))})
+             for s in specs]
+    for s in specs:
+        if s.python is not None and not s.python.is_file():
+            raise SpecError(f"{path}: model {s.name!r}: python {s.python} does not exist "
+                            "(for vLLM: run `make vllm-env`)")
     known = backend_names()
     for s in specs:
         if s.backend not in known:

