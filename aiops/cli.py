@@ -211,6 +211,10 @@ def bench_serve(
               f"{r.bare_p50_ms:.2f}", f"+{r.aiops_p50_ms - r.bare_p50_ms:.2f} ms")
     t.add_row("p99 latency ms (aiops vs bare Serve)", f"{r.aiops_p99_ms:.2f}",
               f"{r.bare_p99_ms:.2f}", f"+{r.aiops_p99_ms - r.bare_p99_ms:.2f} ms")
+    t.add_row("p50 latency ms (aiops vs bare Serve+FastAPI)", f"{r.aiops_p50_ms:.2f}",
+              f"{r.fastapi_p50_ms:.2f}", f"+{r.aiops_p50_ms - r.fastapi_p50_ms:.2f} ms")
+    t.add_row("p99 latency ms (aiops vs bare Serve+FastAPI)", f"{r.aiops_p99_ms:.2f}",
+              f"{r.fastapi_p99_ms:.2f}", f"+{r.aiops_p99_ms - r.fastapi_p99_ms:.2f} ms")
     console.print(t)
 
 

@@ -24,6 +24,9 @@ import httpx
 from aiops.config import ENV_PREFIX, Settings
 from aiops.errors import StackError
 
+# Written by the Serve driver (serve.runner) once its application runs; only the name is shared.
+READY_FILE = "serve.ready"
+
 __all__ = ["Component", "down", "read_state", "session_members", "settings_env", "status", "up"]
 
 log = logging.getLogger(__name__)
@@ -103,17 +106,23 @@ def _tail(path: str, lines: int = 20) -> str:
         return "(no log)"
 
 
-def _wait_ready(c: Component, url: str, timeout_s: float) -> None:
+def _answers(url: str) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(url, timeout=2.0).status_code == 200
+    return False
+
+
+def _wait_ready(c: Component, ready: Callable[[], bool], what: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not _alive(c.pid):
             raise StackError(f"{c.name} exited during start-up; last log lines of "
                              f"{c.log_file}:\n{_tail(c.log_file)}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
+        if ready():
+            return
         time.sleep(0.5)
-    raise StackError(f"{c.name} was not ready at {url} after {timeout_s:.0f} s; see {c.log_file}")
+    raise StackError(f"{c.name} was not ready ({what}) after {timeout_s:.0f} s; "
+                     f"see {c.log_file}")
 
 
 def up(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> list[Component]:
@@ -133,12 +142,17 @@ def up(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> 
         server = _spawn("server", [sys.executable, "-m", "aiops", "server"], settings)
         started.append(server)
         _write_state(settings, started)
-        _wait_ready(server, f"{settings.server_url}/readyz", settings.startup_timeout_s)
+        url = f"{settings.server_url}/readyz"
+        _wait_ready(server, lambda: _answers(url), url, settings.startup_timeout_s)
         progress(f"starting Ray and the Serve application on {settings.serve_url}")
         serve_proc = _spawn("serve", [sys.executable, "-m", "serve.runner"], settings)
         started.append(serve_proc)
         _write_state(settings, started)
-        _wait_ready(serve_proc, f"{settings.serve_url}/readyz", settings.startup_timeout_s)
+        # The driver writes the marker once serve.run returned: every deployment is running.
+        marker = settings.data_dir / READY_FILE
+        url = f"{settings.serve_url}/healthz"
+        _wait_ready(serve_proc, lambda: marker.exists() and _answers(url),
+                    f"{marker} and {url}", settings.startup_timeout_s)
     except BaseException:
         _stop(started)
         _state_path(settings).unlink(missing_ok=True)
@@ -202,7 +216,7 @@ def down(settings: Settings, progress: Callable[[str], None] = lambda _: None) -
 
 def status(settings: Settings) -> list[dict[str, object]]:
     """One row per component: pid, whether it runs, and whether its endpoint answers."""
-    urls = {"server": f"{settings.server_url}/readyz", "serve": f"{settings.serve_url}/readyz"}
+    urls = {"server": f"{settings.server_url}/readyz", "serve": f"{settings.serve_url}/healthz"}
     rows: list[dict[str, object]] = []
     for c in read_state(settings):
         healthy = False

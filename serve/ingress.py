@@ -12,7 +12,6 @@ import asyncio
 import hmac
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -28,7 +27,6 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, use_span
 from pydantic import BaseModel, ValidationError
 from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
-from ray.serve.schema import ReplicaState  # type: ignore[attr-defined]
 
 from serve.admission import AdmissionController, QueueFull
 from serve.openai_api import (
@@ -122,7 +120,6 @@ class Ingress:
             for s in options.specs}
         self.validators = {s.name: jsonschema.Draft202012Validator(s.input_schema)
                            for s in options.specs if s.input_schema}
-        self.replicas: dict[str, int] = {}
         self.telemetry = Telemetry(options.telemetry, _replica_resource(INGRESS_NAME, "0.2.0"),
                                    component="ingress")
         meter = self.telemetry.meter
@@ -137,11 +134,6 @@ class Ingress:
         meter.create_observable_gauge(
             "aiops.serve.in_flight", callbacks=[self._observe_in_flight], unit="{request}",
             description="Requests admitted to a model and not yet answered")
-        meter.create_observable_gauge(
-            "aiops.serve.replicas", callbacks=[self._observe_replicas], unit="{replica}",
-            description="Running replicas per model deployment")
-        self._stop = threading.Event()
-        threading.Thread(target=self._poll_replicas, daemon=True, name="replica-poll").start()
 
     # -- observability ---------------------------------------------------------------------
 
@@ -157,24 +149,6 @@ class Ingress:
     def _observe_in_flight(self, _: CallbackOptions) -> Iterable[Observation]:
         for name, gate in self.gates.items():
             yield Observation(gate.in_flight, self._model_labels(self.specs[name]))
-
-    def _observe_replicas(self, _: CallbackOptions) -> Iterable[Observation]:
-        for spec in self.specs.values():
-            if spec.deployment_name in self.replicas:
-                yield Observation(self.replicas[spec.deployment_name],
-                                  {**self._model_labels(spec),
-                                   attrs.SERVE_DEPLOYMENT: spec.deployment_name})
-
-    def _poll_replicas(self) -> None:
-        # serve.status() asks the Serve controller; once a second is plenty for a gauge.
-        while not self._stop.wait(1.0):
-            try:
-                app = serve.status().applications[self.options.app_name]
-            except Exception as exc:  # noqa: BLE001 - a gauge must never take the ingress down
-                log.debug("replica poll failed: %s", exc)
-                continue
-            for name, dep in app.deployments.items():
-                self.replicas[name] = int(dep.replica_states.get(ReplicaState.RUNNING, 0))
 
     def _start(self, request: Request, route: str) -> _Scope:
         inference_id = uuid.uuid4().hex
@@ -201,11 +175,11 @@ class Ingress:
             self.http_requests.add(1, labels)
             extra = {attrs.INFERENCE_ID: scope.inference_id, "http.status": status,
                      "model": scope.model or ""}
+            # Successes are logged once, by the model replica (same inference_id); the ingress
+            # logs what the model never saw: refusals and failures.
             if status >= 400:
                 self.telemetry.logger.warning("%s answered %d: %s", scope.route, status,
                                               message, extra=extra)
-            else:
-                self.telemetry.logger.info("%s answered %d", scope.route, status, extra=extra)
 
     # -- request plumbing ------------------------------------------------------------------
 
@@ -323,15 +297,6 @@ class Ingress:
     @api.get("/healthz")
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
-
-    @api.get("/readyz")
-    async def readyz(self) -> JSONResponse:
-        """200 once every model has the replicas it needs to answer (min_replicas, or 1)."""
-        waiting = [s.deployment_name for s in self.specs.values()
-                   if self.replicas.get(s.deployment_name, 0) < min(1, s.autoscaling.min_replicas)]
-        if waiting:
-            return JSONResponse({"status": "starting", "waiting_for": waiting}, status_code=503)
-        return JSONResponse({"status": "ready", "replicas": self.replicas})
 
     @api.get("/v1/models")
     async def models(self) -> dict[str, Any]:
@@ -485,9 +450,6 @@ class Ingress:
                                  headers={"cache-control": "no-cache"})
 
     def __del__(self) -> None:
-        stop = getattr(self, "_stop", None)
-        if stop is not None:
-            stop.set()
         telemetry = getattr(self, "telemetry", None)
         if telemetry is not None:
             telemetry.shutdown()

@@ -6,7 +6,8 @@
 2. Latency the ingress and instrumentation add over a bare Serve deployment: the same two-hop
    shape (HTTP deployment -> model deployment by handle), once through aiops' instrumented
    ingress + ModelReplica with the ``echo`` backend, once through two plain deployments doing
-   the same echo. Requests alternate so drift hits both alike. Goal: <= 2 ms at p50.
+   the same echo, and once more with a plain FastAPI ingress (to tell FastAPI's share from
+   aiops'). Requests rotate so drift hits all alike. Goal: <= 2 ms at p50.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import httpx
 
 from aiops.bench.common import free_port, percentile, running_server
+from aiops.bench.peers import bare_app, bare_fastapi_app
 from serve.specs import DEFAULT_SPECS_FILE, ModelSpec, load_specs
 
 __all__ = ["ServingResult", "run_serving"]
@@ -39,6 +41,8 @@ class ServingResult:
     inprocess_tokens_per_s: float
     bare_p50_ms: float
     bare_p99_ms: float
+    fastapi_p50_ms: float
+    fastapi_p99_ms: float
     aiops_p50_ms: float
     aiops_p99_ms: float
     latency_samples: int
@@ -48,29 +52,6 @@ class ServingResult:
 def _chat_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     return {"model": model, "messages": [{"role": "user", "content": prompt}],
             "max_tokens": max_tokens, "temperature": 0.0, "seed": 11}
-
-
-def _bare_app() -> Any:
-    from ray import serve
-    from starlette.requests import Request
-
-    @serve.deployment(ray_actor_options={"num_cpus": 0.1})
-    class BareModel:
-        def generate(self, text: str) -> str:
-            return text
-
-    @serve.deployment(ray_actor_options={"num_cpus": 0.1})
-    class BareIngress:
-        def __init__(self, model: Any) -> None:
-            self.model = model
-
-        async def __call__(self, request: Request) -> dict[str, Any]:
-            body = await request.json()
-            text = await self.model.generate.remote(body["messages"][-1]["content"])
-            return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                 "finish_reason": "stop"}]}
-
-    return BareIngress.bind(BareModel.bind())  # type: ignore[attr-defined]
 
 
 def _echo_spec() -> ModelSpec:
@@ -136,14 +117,18 @@ def run_serving(latency_samples: int = 400, chat_requests: int = 8,
             options = ServeOptions(specs=(_echo_spec(), chat),
                                    telemetry=TelemetryConfig(settings.server_url, 1.0))
             serve.run(build_app(options), name="aiops", route_prefix="/")
-            serve.run(_bare_app(), name="bare", route_prefix="/bare")
+            serve.run(bare_app(), name="bare", route_prefix="/bare")
+            serve.run(bare_fastapi_app(), name="bare-fastapi", route_prefix="/fastapi")
 
             bare: list[float] = []
+            fastapi: list[float] = []
             instrumented: list[float] = []
             body = _chat_body("echo", "the quick brown fox jumps over the lazy dog", 16)
             with httpx.Client(timeout=30) as c:
                 for i in range(latency_samples + 50):
-                    for path, sink in (("/bare", bare), ("/v1/chat/completions", instrumented)):
+                    for path, sink in (("/bare", bare),
+                                       ("/fastapi/v1/chat/completions", fastapi),
+                                       ("/v1/chat/completions", instrumented)):
                         started = time.perf_counter()
                         c.post(f"{url}{path}", json=body).raise_for_status()
                         if i >= 50:  # the first 50 rounds warm both paths up
@@ -158,5 +143,6 @@ def run_serving(latency_samples: int = 400, chat_requests: int = 8,
     return ServingResult(
         stack_tokens_per_s=stack_rate, inprocess_tokens_per_s=inprocess_rate,
         bare_p50_ms=percentile(bare, 50), bare_p99_ms=percentile(bare, 99),
+        fastapi_p50_ms=percentile(fastapi, 50), fastapi_p99_ms=percentile(fastapi, 99),
         aiops_p50_ms=percentile(instrumented, 50), aiops_p99_ms=percentile(instrumented, 99),
         latency_samples=latency_samples, chat_requests=chat_requests)
