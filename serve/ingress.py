@@ -9,7 +9,6 @@ through Serve's ingress wrapper.)
 """
 
 import asyncio
-import hmac
 import json
 import logging
 import time
@@ -29,6 +28,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from serve.admission import AdmissionController, QueueFull
+from serve.auth import authorized
 from serve.openai_api import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -184,12 +184,7 @@ class Ingress:
     # -- request plumbing ------------------------------------------------------------------
 
     def _authorize(self, request: Request) -> None:
-        keys = self.options.api_keys
-        if not keys:
-            return
-        given = request.headers.get("authorization", "")
-        token = given[7:] if given.lower().startswith("bearer ") else ""
-        if not any(hmac.compare_digest(token, k) for k in keys):
+        if not authorized(request.headers.get("authorization"), self.options.api_keys):
             raise ApiError(401, "missing or invalid API key (Authorization: Bearer <key>)",
                            type_="authentication_error", code="invalid_api_key")
 
