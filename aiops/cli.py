@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -248,3 +248,111 @@ def models_check(
                   f"{s.autoscaling.min_replicas}-{s.autoscaling.max_replicas}",
                   f"{s.resources.num_cpus:g}", s.qos.priority.value)
     console.print(t)
+
+
+def _lifecycle(ctx: typer.Context) -> Any:
+    from aiops.lifecycle import LifecycleClient
+
+    try:
+        return LifecycleClient.from_settings(_settings(ctx))
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+
+
+def _print_model(name: str, model: dict[str, Any]) -> None:
+    t = Table("version", "weight %", "backend", "digest", "faults",
+              title=f"{name} (stable: {model.get('stable')})")
+    for v in model["versions"]:
+        t.add_row(v["version"], str(v["weight"]), v["backend"], (v["digest"] or "")[:19],
+                  json.dumps(v["faults"]) if v["faults"] else "")
+    console.print(t)
+
+
+def _run_lifecycle(ctx: typer.Context, op: str, *args: Any) -> dict[str, Any]:
+    client = _lifecycle(ctx)
+    try:
+        result: dict[str, Any] = getattr(client, op)(*args)
+        return result
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    finally:
+        client.close()
+
+
+@models_app.command("apply")
+def models_apply(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="Model spec file.")],
+) -> None:
+    """Hot-reload a spec file into the running stack: validated first, then only what changed
+    is redeployed (new or changed versions pass their gates before taking traffic)."""
+    from serve.specs import load_specs
+
+    try:
+        specs = load_specs(path)
+    except AIOpsError as exc:
+        raise _fail(exc, 2) from exc
+    out = _run_lifecycle(ctx, "apply", [s.model_dump(mode="json") for s in specs])
+    for kind in ("added", "changed", "removed"):
+        if out[kind]:
+            console.print(f"{kind}: {', '.join(out[kind])}")
+    if not any(out.values()):
+        console.print("nothing changed")
+
+
+@models_app.command("status")
+def models_status(ctx: typer.Context) -> None:
+    """Versions, traffic weights, digests and faults of every model in the running stack."""
+    for name, model in _run_lifecycle(ctx, "status")["models"].items():
+        _print_model(name, model)
+
+
+@models_app.command("canary")
+def models_canary(
+    ctx: typer.Context, model: str, version: str,
+    percent: Annotated[int, typer.Option(min=0, max=100, help="Share for the canary.")] = 5,
+) -> None:
+    """Send PERCENT of MODEL's traffic to VERSION, the rest to its stable version."""
+    _print_model(model, _run_lifecycle(ctx, "canary", model, version, percent))
+
+
+@models_app.command("traffic")
+def models_traffic(
+    ctx: typer.Context, model: str,
+    weights: Annotated[list[str], typer.Argument(help="VERSION=PERCENT ..., adding to 100.")],
+) -> None:
+    """Set the traffic split of MODEL explicitly, e.g. `v1=90 v2=10`."""
+    try:
+        parsed = {w.split("=", 1)[0]: int(w.split("=", 1)[1]) for w in weights}
+    except (IndexError, ValueError) as exc:
+        raise _fail(AIOpsError(f"weights look like v1=90 v2=10, got {weights}"), 2) from exc
+    _print_model(model, _run_lifecycle(ctx, "set_traffic", model, parsed))
+
+
+@models_app.command("promote")
+def models_promote(ctx: typer.Context, model: str, version: str) -> None:
+    """Give VERSION all of MODEL's traffic and make it the stable version."""
+    _print_model(model, _run_lifecycle(ctx, "promote", model, version))
+
+
+@models_app.command("rollback")
+def models_rollback(ctx: typer.Context, model: str) -> None:
+    """Give MODEL's stable version all of its traffic again."""
+    _print_model(model, _run_lifecycle(ctx, "rollback", model))
+
+
+@models_app.command("faults")
+def models_faults(
+    ctx: typer.Context, model: str, version: str,
+    latency_ms: Annotated[float, typer.Option(help="Added latency per request.")] = 0,
+    error_rate: Annotated[float, typer.Option(help="Share of requests that fail.")] = 0,
+    cpu_burn_ms: Annotated[float, typer.Option(help="Busy CPU per request.")] = 0,
+    memory_growth_mb: Annotated[float, typer.Option(help="Memory leaked per request.")] = 0,
+    crash_after: Annotated[int, typer.Option(help="Replica exits after N requests.")] = 0,
+    slow_tokens_ms: Annotated[float, typer.Option(help="Added per streamed token.")] = 0,
+) -> None:
+    """Inject faults into one model version (all zero clears them)."""
+    faults = {"latency_ms": latency_ms, "error_rate": error_rate, "cpu_burn_ms": cpu_burn_ms,
+              "memory_growth_mb": memory_growth_mb, "crash_after": crash_after,
+              "slow_tokens_ms": slow_tokens_ms}
+    _print_model(model, _run_lifecycle(ctx, "set_faults", model, version, faults))

@@ -61,6 +61,13 @@ class Settings(BaseSettings):
     # Ray and the Serve application.
     serve_host: str = Field("127.0.0.1", description="Address Ray Serve's HTTP proxy binds.")
     serve_port: int = Field(8000, ge=1, le=65535, description="Port of Ray Serve's HTTP proxy.")
+    control_port: int = Field(
+        8001, ge=1, le=65535,
+        description="Port of the Serve control plane's API (models apply/canary/promote/...).")
+    admin_token: str = Field(
+        "",
+        description="Bearer token of the control plane API; empty: generated at start-up and "
+        "written to `<data_dir>/admin.token` (mode 0600).")
     ray_num_cpus: int = Field(
         2, ge=1, description="CPUs the local Ray instance advertises to its scheduler."
     )

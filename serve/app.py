@@ -1,8 +1,14 @@
-"""The Ray Serve application: the ingress plus one deployment per model version.
+"""The Serve applications, deployed declaratively so that changes touch only what changed.
 
-This is the one place where Ray's deployment decorator meets the plain classes
-(``ModelReplica``, ``Ingress``): each spec's resources, concurrency and autoscaling become
-Serve deployment options here.
+One application per model version (``<name>-<version>``, not exposed over HTTP) and one
+ingress application (``aiops``, route ``/``). This is the one place where Ray's deployment
+decorator meets the plain classes (``ModelReplica``, ``Ingress``).
+
+Why separate applications: Serve restarts every replica of an application whose build
+arguments change (and an imperative ``serve.run`` restarts everything, always). With one
+application per version, adding or changing a version restarts only that version. What must
+change without any restart travels in ``user_config`` and reaches ``reconfigure`` in place:
+the ingress's routing table (versions, weights, stickiness) and each version's faults.
 """
 
 from __future__ import annotations
@@ -13,21 +19,33 @@ from typing import Any
 from ray import serve
 
 from serve.ingress import INGRESS_NAME, Ingress, _replica_resource
-from serve.options import ServeOptions
 from serve.replica import ModelReplica
 from serve.specs import ModelSpec
 from serve.telemetry import TelemetryConfig
 
-__all__ = ["APP_NAME", "ModelDeployment", "build_app", "deployment_options"]
+__all__ = [
+    "APP_NAME",
+    "STICKY_HEADER",
+    "ModelDeployment",
+    "deploy_config",
+    "deployment_options",
+    "ingress_app",
+    "model_app",
+    "routing_table",
+]
 
 APP_NAME = "aiops"
+STICKY_HEADER = "x-aiops-session"
+# Spec fields that change in place (user_config) rather than by redeploying the version.
+_LIVE_FIELDS = {"traffic", "faults"}
 
 
 class ModelDeployment(ModelReplica):
     """A ModelReplica that knows which Serve replica it is and closes with it."""
 
-    def __init__(self, spec: ModelSpec, telemetry: TelemetryConfig) -> None:
-        super().__init__(spec, telemetry, _replica_resource(spec.name, spec.version))
+    def __init__(self, spec: dict[str, Any], telemetry: dict[str, Any]) -> None:
+        s = ModelSpec.model_validate(spec)
+        super().__init__(s, TelemetryConfig(**telemetry), _replica_resource(s.name, s.version))
 
     def __del__(self) -> None:
         # Serve calls __del__ when it stops a replica: flush telemetry, free the model.
@@ -48,18 +66,56 @@ def deployment_options(spec: ModelSpec) -> Mapping[str, Any]:
         "max_ongoing_requests": spec.max_ongoing_requests,
         "autoscaling_config": spec.autoscaling.serve_config(),
         "ray_actor_options": actor,
-        "graceful_shutdown_timeout_s": 5,
+        "graceful_shutdown_timeout_s": 10,
     }
 
 
-def build_app(options: ServeOptions) -> serve.Application:
-    model_deployment: Any = serve.deployment(ModelDeployment)
-    handles = {
-        spec.name: model_deployment.options(**deployment_options(spec)).bind(
-            spec, options.telemetry)
-        for spec in options.specs
-    }
-    ingress_deployment: Any = serve.deployment(Ingress)
-    ingress = ingress_deployment.options(
-        name=INGRESS_NAME, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.1})
-    return ingress.bind(handles, options)  # type: ignore[no-any-return]
+def model_app(args: dict[str, Any]) -> serve.Application:
+    """Application builder for one model version (import path ``serve.app:model_app``)."""
+    spec = ModelSpec.model_validate(args["spec"])
+    deployment: Any = serve.deployment(ModelDeployment)
+    app: serve.Application = deployment.options(**deployment_options(spec)).bind(
+        args["spec"], args["telemetry"])
+    return app
+
+
+def ingress_app(args: dict[str, Any]) -> serve.Application:
+    """Application builder for the ingress (import path ``serve.app:ingress_app``)."""
+    deployment: Any = serve.deployment(Ingress)
+    app: serve.Application = deployment.options(
+        name=INGRESS_NAME, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.1},
+    ).bind(args)
+    return app
+
+
+def routing_table(specs: list[ModelSpec]) -> dict[str, Any]:
+    """The ingress's user_config: per model, its versions with weights and specs."""
+    models: dict[str, list[dict[str, Any]]] = {}
+    for s in specs:
+        models.setdefault(s.name, []).append({
+            "version": s.version, "app": s.deployment_name, "deployment": s.deployment_name,
+            "weight": 100 if s.traffic is None else s.traffic,
+            "digest": s.artifact.digest() if s.artifact is not None else "none",
+            "spec": s.model_dump(mode="json", exclude=_LIVE_FIELDS),
+        })
+    return {"sticky_header": STICKY_HEADER, "models": models}
+
+
+def deploy_config(specs: list[ModelSpec], telemetry: TelemetryConfig,
+                  ingress_args: dict[str, Any]) -> dict[str, Any]:
+    """A ServeDeploySchema document for the whole stack."""
+    tele = {"endpoint": telemetry.endpoint, "export_interval_s": telemetry.export_interval_s}
+    apps: list[dict[str, Any]] = [{
+        "name": APP_NAME, "route_prefix": "/", "import_path": "serve.app:ingress_app",
+        "args": {**ingress_args, "telemetry": tele},
+        "deployments": [{"name": INGRESS_NAME, "user_config": routing_table(specs)}],
+    }]
+    for s in specs:
+        apps.append({
+            "name": s.deployment_name, "route_prefix": None,
+            "import_path": "serve.app:model_app",
+            "args": {"spec": s.model_dump(mode="json", exclude=_LIVE_FIELDS), "telemetry": tele},
+            "deployments": [{"name": s.deployment_name,
+                             "user_config": {"faults": s.faults.model_dump()}}],
+        })
+    return {"applications": apps}

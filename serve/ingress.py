@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import jsonschema
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
@@ -25,9 +24,9 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, use_span
 from pydantic import BaseModel, ValidationError
 from ray import serve
-from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+from ray.serve.handle import DeploymentResponseGenerator
 
-from serve.admission import AdmissionController, QueueFull
+from serve.admission import QueueFull
 from serve.auth import authorized
 from serve.openai_api import (
     ChatCompletionRequest,
@@ -44,9 +43,9 @@ from serve.openai_api import (
     sse,
     validation_message,
 )
-from serve.options import ServeOptions
+from serve.routing import ModelRoute, NoVersionServing, Version, build_routes
 from serve.specs import ModelSpec, Priority
-from serve.telemetry import Telemetry, attrs, extract_context, inject_context
+from serve.telemetry import Telemetry, TelemetryConfig, attrs, extract_context, inject_context
 
 __all__ = ["INGRESS_NAME", "Ingress", "api"]
 
@@ -54,6 +53,7 @@ log = logging.getLogger(__name__)
 
 INGRESS_NAME = "ingress"
 PRIORITY_HEADER = "x-aiops-priority"
+MODEL_VERSION_HEADER = "x-aiops-model-version"
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -80,8 +80,7 @@ class _Scope:
     span: Span
     inference_id: str
     started: float = field(default_factory=time.perf_counter)
-    model: str | None = None
-    version: str | None = None
+    target: Version | None = None
     finished: bool = False
 
     @property
@@ -102,53 +101,71 @@ def _replica_resource(service: str, version: str) -> dict[str, str]:
     }
 
 
+def _fingerprint(target: Version) -> str:
+    """OpenAI's system_fingerprint: which backend configuration answered (version + digest)."""
+    return f"{target.version}:{target.digest.removeprefix('sha256:')[:12]}"
+
+
 # Serve pickles the ingress class by value; helpers it calls are defined above it.
 api = FastAPI(title="aiops serve")
 
 
 @serve.ingress(api)
 class Ingress:
-    def __init__(self, handles: dict[str, DeploymentHandle],  # type: ignore[type-arg]
-                 options: ServeOptions) -> None:
-        self.handles = handles
-        self.options = options
-        self.specs = {s.name: s for s in options.specs}
-        self.gates = {
-            s.name: AdmissionController(
-                capacity=s.autoscaling.max_replicas * s.max_ongoing_requests,
-                max_queue={p: s.qos.max_queue for p in Priority})
-            for s in options.specs}
-        self.validators = {s.name: jsonschema.Draft202012Validator(s.input_schema)
-                           for s in options.specs if s.input_schema}
-        self.telemetry = Telemetry(options.telemetry, _replica_resource(INGRESS_NAME, "0.2.0"),
-                                   component="ingress")
+    def __init__(self, args: dict[str, Any]) -> None:
+        tele = args["telemetry"]
+        self.telemetry_config = TelemetryConfig(tele["endpoint"], tele["export_interval_s"])
+        self.api_keys = tuple(args.get("api_keys", ()))
+        self.max_request_bytes = int(args.get("max_request_bytes", 20 * 2**20))
+        self.sticky_header = "x-aiops-session"
+        self.routes: dict[str, ModelRoute] = {}
+        self.telemetry = Telemetry(self.telemetry_config,
+                                   _replica_resource(INGRESS_NAME, "0.3.0"), component="ingress")
         meter = self.telemetry.meter
         self.http_duration = meter.create_histogram(
             "http.server.request.duration", unit="s", description="Ingress request duration")
         self.http_requests = meter.create_counter(
             "aiops.serve.requests", unit="{request}",
-            description="Ingress responses by route, model and HTTP status code")
+            description="Ingress responses by route, model, version and HTTP status code")
         meter.create_observable_gauge(
             "aiops.serve.queue_depth", callbacks=[self._observe_queues], unit="{request}",
-            description="Requests waiting at the ingress for a model, by priority class")
+            description="Requests waiting at the ingress for a model version, by priority")
         meter.create_observable_gauge(
             "aiops.serve.in_flight", callbacks=[self._observe_in_flight], unit="{request}",
-            description="Requests admitted to a model and not yet answered")
+            description="Requests admitted to a model version and not yet answered")
+        meter.create_observable_gauge(
+            "aiops.serve.traffic_weight", callbacks=[self._observe_weights], unit="%",
+            description="Share of a model's traffic each version is configured to get")
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """The routing table, in place (Serve user_config): versions, weights, specs."""
+        self.sticky_header = config.get("sticky_header", self.sticky_header)
+        self.routes = build_routes(
+            config, self.routes,
+            lambda deployment, app: serve.get_deployment_handle(deployment, app_name=app))
 
     # -- observability ---------------------------------------------------------------------
 
-    def _model_labels(self, spec: ModelSpec) -> dict[str, str]:
-        return {attrs.GEN_AI_REQUEST_MODEL: spec.name, attrs.MODEL_VERSION: spec.version}
+    @staticmethod
+    def _labels(v: Version) -> dict[str, str]:
+        return {attrs.GEN_AI_REQUEST_MODEL: v.spec.name, attrs.MODEL_VERSION: v.version,
+                attrs.ARTIFACT_DIGEST: v.digest}
+
+    def _versions(self) -> list[Version]:
+        return [v for r in list(self.routes.values()) for v in r.versions]
 
     def _observe_queues(self, _: CallbackOptions) -> Iterable[Observation]:
-        for name, gate in self.gates.items():
+        for v in self._versions():
             for p in Priority:
-                yield Observation(gate.depth(p), {**self._model_labels(self.specs[name]),
-                                                  "aiops.priority": p.value})
+                yield Observation(v.gate.depth(p), {**self._labels(v), "aiops.priority": p.value})
 
     def _observe_in_flight(self, _: CallbackOptions) -> Iterable[Observation]:
-        for name, gate in self.gates.items():
-            yield Observation(gate.in_flight, self._model_labels(self.specs[name]))
+        for v in self._versions():
+            yield Observation(v.gate.in_flight, self._labels(v))
+
+    def _observe_weights(self, _: CallbackOptions) -> Iterable[Observation]:
+        for v in self._versions():
+            yield Observation(v.weight, self._labels(v))
 
     def _start(self, request: Request, route: str) -> _Scope:
         inference_id = uuid.uuid4().hex
@@ -164,9 +181,8 @@ class Ingress:
             return
         scope.finished = True
         labels: dict[str, Any] = {attrs.HTTP_ROUTE: scope.route, attrs.HTTP_STATUS: status}
-        if scope.model:
-            labels |= {attrs.GEN_AI_REQUEST_MODEL: scope.model,
-                       attrs.MODEL_VERSION: scope.version or ""}
+        if scope.target is not None:
+            labels |= self._labels(scope.target)
         with use_span(scope.span, end_on_exit=True):
             scope.span.set_attribute(attrs.HTTP_STATUS, status)
             if status >= 500:
@@ -174,7 +190,7 @@ class Ingress:
             self.http_duration.record(time.perf_counter() - scope.started, labels)
             self.http_requests.add(1, labels)
             extra = {attrs.INFERENCE_ID: scope.inference_id, "http.status": status,
-                     "model": scope.model or ""}
+                     **(self._labels(scope.target) if scope.target else {})}
             # Successes are logged once, by the model replica (same inference_id); the ingress
             # logs what the model never saw: refusals and failures.
             if status >= 400:
@@ -184,12 +200,12 @@ class Ingress:
     # -- request plumbing ------------------------------------------------------------------
 
     def _authorize(self, request: Request) -> None:
-        if not authorized(request.headers.get("authorization"), self.options.api_keys):
+        if not authorized(request.headers.get("authorization"), self.api_keys):
             raise ApiError(401, "missing or invalid API key (Authorization: Bearer <key>)",
                            type_="authentication_error", code="invalid_api_key")
 
     async def _json(self, request: Request) -> Any:
-        limit = self.options.max_request_bytes
+        limit = self.max_request_bytes
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise ApiError(413, f"request body exceeds {limit} bytes")
@@ -209,24 +225,30 @@ class Ingress:
             message, param = validation_message(exc)
             raise ApiError(400, message, param=param) from exc
 
-    def _model(self, name: str, capability: str, scope: _Scope, raw: Any) -> ModelSpec:
-        spec = self.specs.get(name)
-        if spec is None:
+    def _model(self, request: Request, name: str, capability: str, scope: _Scope,
+               raw: Any) -> Version:
+        route = self.routes.get(name)
+        if route is None:
             raise ApiError(404, f"model {name!r} does not exist; see GET /v1/models",
                            param="model", code="model_not_found")
-        scope.model, scope.version = spec.name, spec.version
-        scope.span.set_attributes(self._model_labels(spec))
+        try:
+            target = route.pick(request.headers.get(self.sticky_header))
+        except NoVersionServing as exc:
+            raise ApiError(503, str(exc), type_="server_error", code="no_version_serving",
+                           headers={"Retry-After": "5"}) from exc
+        spec = target.spec
+        scope.target = target
+        scope.span.set_attributes(self._labels(target))
         if capability not in spec.capabilities:
             raise ApiError(400, f"model {name!r} ({spec.model_type.value}) does not support "
                            f"{capability}", param="model", code="unsupported_capability")
-        validator = self.validators.get(spec.name)
-        if validator is not None:
-            error = next(iter(sorted(validator.iter_errors(raw), key=str)), None)
+        if target.validator is not None:
+            error = next(iter(sorted(target.validator.iter_errors(raw), key=str)), None)
             if error is not None:
                 path = ".".join(str(p) for p in error.absolute_path) or None
                 raise ApiError(400, f"{path or 'body'}: {error.message} "
                                f"(input schema of {name})", param=path)
-        return spec
+        return target
 
     def _priority(self, request: Request, spec: ModelSpec) -> Priority:
         value = request.headers.get(PRIORITY_HEADER)
@@ -238,9 +260,9 @@ class Ingress:
             raise ApiError(400, f"{PRIORITY_HEADER} must be one of "
                            f"{', '.join(p.value for p in Priority)}") from None
 
-    async def _admit(self, request: Request, spec: ModelSpec) -> Any:
-        """Enter the model's admission gate; the caller must ``__aexit__`` the result."""
-        slot = self.gates[spec.name].slot(self._priority(request, spec))
+    async def _admit(self, request: Request, target: Version) -> Any:
+        """Enter the version's admission gate; the caller must ``__aexit__`` the result."""
+        slot = target.gate.slot(self._priority(request, target.spec))
         try:
             await slot.__aenter__()
         except QueueFull as exc:
@@ -278,6 +300,8 @@ class Ingress:
             if not isinstance(response, StreamingResponse):
                 self._finish(scope, response.status_code)
         headers: dict[str, str] = {"x-inference-id": scope.inference_id}
+        if scope.target is not None:
+            headers[MODEL_VERSION_HEADER] = scope.target.version
         inject_context(headers, context=scope.context)
         response.headers.update(headers)
         return response
@@ -295,11 +319,16 @@ class Ingress:
 
     @api.get("/v1/models")
     async def models(self) -> dict[str, Any]:
-        return {"object": "list", "data": [
-            {"id": s.name, "object": "model", "created": 0, "owned_by": "aiops",
-             "version": s.version, "model_type": s.model_type.value,
-             "modalities": list(s.modalities), "capabilities": sorted(s.capabilities)}
-            for s in self.specs.values()]}
+        data = []
+        for route in self.routes.values():
+            s = route.primary.spec
+            data.append({
+                "id": route.name, "object": "model", "created": 0, "owned_by": "aiops",
+                "version": s.version, "model_type": s.model_type.value,
+                "modalities": list(s.modalities), "capabilities": sorted(s.capabilities),
+                "versions": [{"version": v.version, "weight": v.weight, "digest": v.digest}
+                             for v in route.versions]})
+        return {"object": "list", "data": data}
 
     @api.post("/v1/chat/completions")
     async def chat_completions(self, request: Request) -> Response:
@@ -318,7 +347,8 @@ class Ingress:
     async def _chat(self, request: Request, raw: Any, scope: _Scope) -> Response:
         req = self._parse(ChatCompletionRequest, raw)
         images = [url for m in req.messages for url in m.image_urls()]
-        spec = self._model(req.model, "vision" if images else "chat", scope, raw)
+        target = self._model(request, req.model, "vision" if images else "chat", scope, raw)
+        spec = target.spec
         completion_id = f"chatcmpl-{scope.inference_id}"
         if images:
             try:
@@ -328,73 +358,77 @@ class Ingress:
             if req.stream:
                 raise ApiError(400, f"model {spec.name} does not stream", param="stream")
             prompt = "\n".join(m.text() for m in req.messages)
-            slot = await self._admit(request, spec)
+            slot = await self._admit(request, target)
             try:
-                out = await self._call(spec, self.handles[spec.name].see.remote(
+                out = await self._call(spec, target.handle.see.remote(
                     blobs, prompt, self._carrier(scope), scope.inference_id))
             finally:
                 await slot.__aexit__(None, None, None)
             return JSONResponse(chat_completion_body(
                 completion_id=completion_id, model=spec.name, text=out["text"],
                 finish_reason=out["finish_reason"], prompt_tokens=out["prompt_tokens"],
-                completion_tokens=out["completion_tokens"]))
+                completion_tokens=out["completion_tokens"], fingerprint=_fingerprint(target)))
         payload = {"messages": [{"role": m.role, "content": m.text()} for m in req.messages],
                    "max_tokens": req.effective_max_tokens(), "temperature": req.temperature,
                    "seed": req.seed, "stop": list(req.stop_list())}
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return await self._stream(request, spec, payload, scope, include_usage, chat=True,
+            return await self._stream(request, target, payload, scope, include_usage, chat=True,
                                       completion_id=completion_id)
-        out = await self._generate(request, spec, payload, scope)
+        out = await self._generate(request, target, payload, scope)
         return JSONResponse(chat_completion_body(
             completion_id=completion_id, model=spec.name, text=out["text"],
             finish_reason=out["finish_reason"], prompt_tokens=out["prompt_tokens"],
-            completion_tokens=out["completion_tokens"]))
+            completion_tokens=out["completion_tokens"], fingerprint=_fingerprint(target)))
 
     async def _completion(self, request: Request, raw: Any, scope: _Scope) -> Response:
         req = self._parse(CompletionRequest, raw)
-        spec = self._model(req.model, "completions", scope, raw)
+        target = self._model(request, req.model, "completions", scope, raw)
+        spec = target.spec
         payload = {"prompt": req.prompt, "max_tokens": req.max_tokens,
                    "temperature": req.temperature, "seed": req.seed,
                    "stop": list(req.stop_list())}
         completion_id = f"cmpl-{scope.inference_id}"
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return await self._stream(request, spec, payload, scope, include_usage, chat=False,
+            return await self._stream(request, target, payload, scope, include_usage, chat=False,
                                       completion_id=completion_id)
-        out = await self._generate(request, spec, payload, scope)
+        out = await self._generate(request, target, payload, scope)
         return JSONResponse(completion_body(
             completion_id=completion_id, model=spec.name, text=out["text"],
             finish_reason=out["finish_reason"], prompt_tokens=out["prompt_tokens"],
-            completion_tokens=out["completion_tokens"]))
+            completion_tokens=out["completion_tokens"], fingerprint=_fingerprint(target)))
 
     async def _embeddings(self, request: Request, raw: Any, scope: _Scope) -> Response:
         req = self._parse(EmbeddingRequest, raw)
-        spec = self._model(req.model, "embeddings", scope, raw)
-        slot = await self._admit(request, spec)
+        target = self._model(request, req.model, "embeddings", scope, raw)
+        spec = target.spec
+        slot = await self._admit(request, target)
         try:
-            out = await self._call(spec, self.handles[spec.name].embed.remote(
+            out = await self._call(spec, target.handle.embed.remote(
                 req.texts(), self._carrier(scope), scope.inference_id))
         finally:
             await slot.__aexit__(None, None, None)
         return JSONResponse(embeddings_body(spec.name, out["vectors"], out["tokens"],
                                             req.encoding_format))
 
-    async def _generate(self, request: Request, spec: ModelSpec, payload: dict[str, Any],
+    async def _generate(self, request: Request, target: Version, payload: dict[str, Any],
                         scope: _Scope) -> dict[str, Any]:
-        slot = await self._admit(request, spec)
+        spec = target.spec
+        slot = await self._admit(request, target)
         try:
-            result: dict[str, Any] = await self._call(spec, self.handles[spec.name].generate.remote(
+            result: dict[str, Any] = await self._call(spec, target.handle.generate.remote(
                 payload, self._carrier(scope), scope.inference_id))
             return result
         finally:
             await slot.__aexit__(None, None, None)
 
-    async def _stream(self, request: Request, spec: ModelSpec, payload: dict[str, Any],
+    async def _stream(self, request: Request, target: Version, payload: dict[str, Any],
                       scope: _Scope, include_usage: bool, *, chat: bool,
                       completion_id: str) -> StreamingResponse:
-        slot = await self._admit(request, spec)
-        handle = self.handles[spec.name].options(stream=True)
+        spec = target.spec
+        slot = await self._admit(request, target)
+        handle = target.handle.options(stream=True)
         deltas = handle.stream.remote(payload, self._carrier(scope), scope.inference_id)
         assert isinstance(deltas, DeploymentResponseGenerator)  # stream=True above
         deadline = time.monotonic() + spec.qos.timeout_s

@@ -144,10 +144,11 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 def chat_completion_body(*, completion_id: str, model: str, text: str, finish_reason: str,
-                         prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+                         prompt_tokens: int, completion_tokens: int,
+                         fingerprint: str | None = None) -> dict[str, Any]:
     return {
         "id": completion_id, "object": "chat.completion", "created": int(time.time()),
-        "model": model,
+        "model": model, "system_fingerprint": fingerprint,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                      "finish_reason": finish_reason}],
         "usage": _usage(prompt_tokens, completion_tokens),
@@ -155,10 +156,11 @@ def chat_completion_body(*, completion_id: str, model: str, text: str, finish_re
 
 
 def completion_body(*, completion_id: str, model: str, text: str, finish_reason: str,
-                    prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+                    prompt_tokens: int, completion_tokens: int,
+                    fingerprint: str | None = None) -> dict[str, Any]:
     return {
         "id": completion_id, "object": "text_completion", "created": int(time.time()),
-        "model": model,
+        "model": model, "system_fingerprint": fingerprint,
         "choices": [{"index": 0, "text": text, "logprobs": None,
                      "finish_reason": finish_reason}],
         "usage": _usage(prompt_tokens, completion_tokens),

@@ -29,7 +29,8 @@ from serve.backends.base import (
     VisionBackend,
     get_backend,
 )
-from serve.specs import ModelSpec
+from serve.faults import FaultInjector
+from serve.specs import Faults, ModelSpec
 from serve.telemetry import Telemetry, TelemetryConfig, attrs, extract_context
 
 __all__ = ["ModelReplica", "ReportsCacheUsage", "ReportsEngineMetrics"]
@@ -57,8 +58,14 @@ class ModelReplica:
         self.spec = spec
         res = {attrs.SERVICE_NAME: spec.name, attrs.SERVICE_VERSION: spec.version,
                **(resource or {})}
+        if spec.artifact is not None:
+            res[attrs.ARTIFACT_DIGEST] = spec.artifact.digest()
         self.telemetry = Telemetry(telemetry, res, component="model")
-        self.labels = {attrs.GEN_AI_REQUEST_MODEL: spec.name, attrs.MODEL_VERSION: spec.version}
+        digest = spec.artifact.digest() if spec.artifact is not None else "none"
+        # Name, version and artifact digest go on every span, log record and metric point.
+        self.labels = {attrs.GEN_AI_REQUEST_MODEL: spec.name, attrs.MODEL_VERSION: spec.version,
+                       attrs.ARTIFACT_DIGEST: digest}
+        self.faults = FaultInjector(spec.faults)
         meter = self.telemetry.meter
         self.duration = meter.create_histogram(
             "gen_ai.server.request.duration", unit="s",
@@ -88,6 +95,10 @@ class ModelReplica:
                     description="The engine's own metric (counters are cumulative)")
         self._output = (jsonschema.Draft202012Validator(spec.output_schema)
                         if spec.output_schema else None)
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """Serve's in-place update (the deployment's user_config): faults change live."""
+        self.faults.update(Faults.model_validate(config.get("faults", {})))
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -147,6 +158,7 @@ class ModelReplica:
         with use_span(span, end_on_exit=True):
             started = time.perf_counter()
             try:
+                await self.faults.before_request()
                 result: Generation = await asyncio.to_thread(fn, *args)
                 self._check_output(result)
             except ModelError as exc:
@@ -176,11 +188,13 @@ class ModelReplica:
         try:
             with use_span(span, end_on_exit=True):
                 try:
+                    await self.faults.before_request()
                     while True:
                         delta = await asyncio.to_thread(next, chunks, _DONE)
                         if delta is _DONE:
                             break
                         assert isinstance(delta, Delta)
+                        await self.faults.per_token()
                         if first is None and delta.text:
                             first = time.perf_counter()
                             self.ttft.record(first - started, self.labels)
@@ -209,6 +223,7 @@ class ModelReplica:
         with use_span(span, end_on_exit=True):
             started = time.perf_counter()
             try:
+                await self.faults.before_request()
                 out = await asyncio.to_thread(backend.embed, texts)
             except ModelError as exc:
                 self._fail(span, exc, inference_id)

@@ -14,8 +14,10 @@ Run as ``python -m serve.runner``; settings come from ``AIOPS_*`` like every aio
 from __future__ import annotations
 
 import logging
+import secrets
 import signal
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,11 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from aiops.config import Settings, load_settings
 from aiops.logs import configure_json_logging
-from serve.app import APP_NAME, build_app
+from serve.app import APP_NAME
+from serve.control import DeployFailed, ServeControl
+from serve.control_api import create_control_app
 from serve.options import ServeOptions
+from serve.specs import ModelSpec
 from serve.telemetry import Telemetry, attrs
 
 __all__ = ["READY_FILE", "ServeWatcher", "main", "run"]
@@ -33,6 +38,8 @@ __all__ = ["READY_FILE", "ServeWatcher", "main", "run"]
 log = logging.getLogger(__name__)
 
 READY_FILE = "serve.ready"
+ADMIN_TOKEN_FILE = "admin.token"  # read by aiops.lifecycle
+STATE_FILE = "serve-state.json"
 POLL_S = 2.0
 
 
@@ -42,20 +49,27 @@ class ServeWatcher:
     def __init__(self, options: ServeOptions, telemetry: Telemetry) -> None:
         self.options = options
         self.by_deployment = {s.deployment_name: s for s in options.specs}
+        self.app_name = options.app_name
         self.replicas: dict[str, int] = {}
         self.healthy: dict[str, int] = {}
         meter = telemetry.meter
         meter.create_observable_gauge(
-            "aiops.serve.replicas", callbacks=[self._observe(self.replicas)], unit="{replica}",
+            "aiops.serve.replicas", callbacks=[self._observe("replicas")], unit="{replica}",
             description="Running replicas per model deployment")
         meter.create_observable_gauge(
-            "aiops.serve.deployment.healthy", callbacks=[self._observe(self.healthy)], unit="1",
+            "aiops.serve.deployment.healthy", callbacks=[self._observe("healthy")], unit="1",
             description="1 when Serve reports the model deployment HEALTHY")
 
-    def _observe(self, source: dict[str, int]) -> Any:
+    def update_specs(self, specs: list[ModelSpec]) -> None:
+        self.by_deployment = {s.deployment_name: s for s in specs}
+
+    def _observe(self, attribute: str) -> Any:
         def callback(_: CallbackOptions) -> Iterable[Observation]:
-            for name, value in list(source.items()):
-                spec = self.by_deployment[name]
+            source: dict[str, int] = getattr(self, attribute)
+            for name, value in source.items():
+                spec = self.by_deployment.get(name)
+                if spec is None:  # a version that was just removed
+                    continue
                 yield Observation(value, {attrs.GEN_AI_REQUEST_MODEL: spec.name,
                                           attrs.MODEL_VERSION: spec.version,
                                           attrs.SERVE_DEPLOYMENT: name})
@@ -67,20 +81,68 @@ class ServeWatcher:
         from ray.serve.schema import ReplicaState  # type: ignore[attr-defined]
 
         try:
-            app = serve.status().applications[self.options.app_name]
+            apps = serve.status().applications
         except Exception as exc:  # noqa: BLE001 - watching must never stop serving
             log.warning("serve.status() failed: %s", exc)
             return
-        for name, dep in app.deployments.items():
+        replicas, healthy = {}, {}
+        deployments = [(n, d) for app in apps.values() for n, d in app.deployments.items()]
+        for name, dep in deployments:
             if name in self.by_deployment:
-                self.replicas[name] = int(dep.replica_states.get(ReplicaState.RUNNING, 0))
+                replicas[name] = int(dep.replica_states.get(ReplicaState.RUNNING, 0))
                 # Scaling deployments still serve; UPDATING/UNHEALTHY ones may not.
-                self.healthy[name] = int(dep.status in ("HEALTHY", "UPSCALING", "DOWNSCALING"))
+                healthy[name] = int(dep.status in ("HEALTHY", "UPSCALING", "DOWNSCALING"))
+        # Swapped whole: the metrics thread reads these while we poll.
+        self.replicas, self.healthy = replicas, healthy
+
+
+def ray_deployer(client: Any, timeout_s: float) -> Any:
+    """Deploy a ServeDeploySchema document and wait until every application in it runs."""
+
+    def deploy(config: dict[str, Any]) -> None:
+        from ray import serve
+        from ray.serve.schema import ServeDeploySchema
+
+        client.deploy_apps(ServeDeploySchema.model_validate(config), _blocking=False)
+        names = {a["name"] for a in config["applications"]}
+        deadline = time.monotonic() + timeout_s
+        time.sleep(0.5)  # let the controller pick the new config up before judging status
+        while True:
+            apps = serve.status().applications
+            failed = {n: apps[n].message for n in names
+                      if n in apps and apps[n].status == "DEPLOY_FAILED"}
+            if failed:
+                raise DeployFailed("; ".join(f"{n}: {m.strip().splitlines()[-1]}"
+                                             for n, m in failed.items()))
+            done = all(n in apps and apps[n].status == "RUNNING" and all(
+                d.status in ("HEALTHY", "UPSCALING", "DOWNSCALING")
+                for d in apps[n].deployments.values()) for n in names)
+            if done and not set(apps) - names:
+                return
+            if time.monotonic() > deadline:
+                pending = {n: apps[n].status if n in apps else "absent" for n in names}
+                raise DeployFailed(f"not running after {timeout_s:.0f} s: {pending}")
+            time.sleep(0.25)
+
+    return deploy
+
+
+def admin_token(settings: Settings) -> str:
+    """The control plane's token: configured, or generated and left for the CLI (0600)."""
+    if settings.admin_token:
+        return settings.admin_token
+    path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
+    token = secrets.token_urlsafe(24)
+    path.touch(mode=0o600, exist_ok=True)
+    path.write_text(token)
+    return token
 
 
 def run(settings: Settings, stop: threading.Event) -> None:
     import ray
+    import uvicorn
     from ray import serve
+    from ray.serve._private.api import serve_start
 
     options = ServeOptions.from_settings(settings)  # bad specs fail before Ray starts
     ready = Path(settings.data_dir) / READY_FILE
@@ -90,19 +152,34 @@ def run(settings: Settings, stop: threading.Event) -> None:
     # address="local" always starts a new instance, never joins someone else's cluster.
     ray.init(address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False,
              logging_level=logging.WARNING, namespace=APP_NAME)
+    admin: uvicorn.Server | None = None
     try:
-        serve.start(http_options={"host": settings.serve_host, "port": settings.serve_port})
-        serve.run(build_app(options), name=APP_NAME, route_prefix="/")
+        client = serve_start(http_options={"host": settings.serve_host,
+                                           "port": settings.serve_port})
+        control = ServeControl(
+            list(options.specs), options.telemetry,
+            {"api_keys": list(options.api_keys), "max_request_bytes": options.max_request_bytes},
+            ray_deployer(client, settings.startup_timeout_s),
+            state_file=Path(settings.data_dir) / STATE_FILE)
+        control.deploy()
         watcher = ServeWatcher(options, telemetry)
         watcher.poll()
+        admin = uvicorn.Server(uvicorn.Config(
+            create_control_app(control, admin_token(settings)), host=settings.serve_host,
+            port=settings.control_port, log_level="warning", access_log=False,
+            log_config=None))
+        threading.Thread(target=admin.run, daemon=True, name="control-api").start()
         ready.write_text("ready\n")
         log.info("serve application %s ready at %s", APP_NAME, settings.serve_url)
         while not stop.wait(POLL_S):
+            watcher.update_specs(control.specs)
             watcher.poll()
         log.info("stopping serve application")
         ready.unlink(missing_ok=True)
         serve.shutdown()  # type: ignore[no-untyped-call]
     finally:
+        if admin is not None:
+            admin.should_exit = True
         ready.unlink(missing_ok=True)
         telemetry.shutdown()
         ray.shutdown()

@@ -9,6 +9,7 @@ request to it may contain (``input_schema``, JSON Schema), what its replicas nee
 from __future__ import annotations
 
 import enum
+import hashlib
 import importlib.util
 import os
 from pathlib import Path
@@ -75,6 +76,10 @@ class Artifact(_Strict):
             raise ValueError("give exactly one of 'path' or 'package'")
         return self
 
+    def digest(self) -> str:
+        """sha256 of the artifact (a directory hashes its files' paths and contents)."""
+        return _digest(self.resolve())
+
     def resolve(self) -> Path:
         """The artifact's file (or directory, when ``file`` is absent) on this machine."""
         if self.path is not None:
@@ -94,6 +99,27 @@ class Artifact(_Strict):
             if found:
                 return found[0]
         raise SpecError(f"no file matching {self.file!r} in package {self.package!r}")
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _digest(path: Path) -> str:
+    """sha256 of a file, or of a directory's files in path order; cached by size and mtime."""
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()
+                                                     and "__pycache__" not in p.parts)
+        for f in files:
+            if f != path:
+                h.update(str(f.relative_to(path)).encode() + b"\0")
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+        _DIGESTS[key] = "sha256:" + h.hexdigest()
+    return _DIGESTS[key]
 
 
 class Resources(_Strict):
@@ -141,6 +167,21 @@ class Autoscaling(_Strict):
         }
 
 
+class Faults(_Strict):
+    """Injected faults, for demos and tests. Only their effects reach telemetry."""
+
+    latency_ms: float = Field(0.0, ge=0, description="Added before every request.")
+    error_rate: float = Field(0.0, ge=0, le=1, description="Share of requests that fail.")
+    cpu_burn_ms: float = Field(0.0, ge=0, description="Busy CPU time per request.")
+    memory_growth_mb: float = Field(0.0, ge=0, description="Memory kept per request (a leak).")
+    crash_after: int = Field(0, ge=0, description="Replica exits after this many requests.")
+    slow_tokens_ms: float = Field(0.0, ge=0, description="Added per streamed token.")
+
+    @property
+    def active(self) -> bool:
+        return self != Faults()
+
+
 _CAPABILITIES: dict[ModelType, frozenset[str]] = {
     ModelType.LLM: frozenset({"chat", "completions"}),
     ModelType.EDGE: frozenset({"chat", "completions"}),
@@ -165,6 +206,10 @@ class ModelSpec(_Strict):
     max_ongoing_requests: int = Field(4, ge=1)
     resources: Resources = Resources()
     qos: QoS = QoS()
+    traffic: int | None = Field(
+        None, ge=0, le=100, description="Percent of the model's requests this version gets; "
+        "required when a model lists several versions (they add up to 100).")
+    faults: Faults = Faults()
     autoscaling: Autoscaling = Autoscaling()
     options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific.")
     python: Path | None = Field(
@@ -200,12 +245,21 @@ class SpecFile(_Strict):
     models: list[ModelSpec] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _unique(self) -> SpecFile:
-        seen: set[str] = set()
+    def _versions(self) -> SpecFile:
+        seen: set[tuple[str, str]] = set()
+        by_model: dict[str, list[ModelSpec]] = {}
         for m in self.models:
-            if m.name in seen:
-                raise ValueError(f"model {m.name!r} is listed twice (versions come with P3)")
-            seen.add(m.name)
+            if (m.name, m.version) in seen:
+                raise ValueError(f"model {m.name!r} version {m.version!r} is listed twice")
+            seen.add((m.name, m.version))
+            by_model.setdefault(m.name, []).append(m)
+        for name, versions in by_model.items():
+            if len(versions) > 1 and any(v.traffic is None for v in versions):
+                raise ValueError(f"model {name!r} has {len(versions)} versions: give each a "
+                                 "'traffic' weight (they must add up to 100)")
+            total = sum(v.traffic if v.traffic is not None else 100 for v in versions)
+            if total != 100:
+                raise ValueError(f"model {name!r}: traffic weights add up to {total}, not 100")
         return self
 
 

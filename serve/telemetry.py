@@ -51,6 +51,7 @@ class attrs:  # noqa: N801 - a namespace of constants
     HTTP_ROUTE = "http.route"
     HTTP_STATUS = "http.response.status_code"
     MODEL_VERSION = "aiops.model.version"
+    ARTIFACT_DIGEST = "aiops.model.artifact_digest"
     INFERENCE_ID = "inference_id"
     SERVE_APP = "ray.serve.app"
     SERVE_DEPLOYMENT = "ray.serve.deployment"

@@ -51,9 +51,11 @@ class BareFastApiIngress:
         return _answer(await self.model.generate.remote(body["messages"][-1]["content"]))
 
 
-def bare_app() -> Any:
+def bare_app(args: dict[str, Any] | None = None) -> Any:
+    """Application builder (import path ``aiops.bench.peers:bare_app``)."""
     return BareIngress.bind(BareModel.bind())  # type: ignore[attr-defined]
 
 
-def bare_fastapi_app() -> Any:
+def bare_fastapi_app(args: dict[str, Any] | None = None) -> Any:
+    """Application builder (import path ``aiops.bench.peers:bare_fastapi_app``)."""
     return BareFastApiIngress.bind(BareModel.bind())  # type: ignore[attr-defined]

@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 
 from aiops.bench.common import free_port, percentile, running_server
-from aiops.bench.peers import bare_app, bare_fastapi_app
 from serve.specs import DEFAULT_SPECS_FILE, ModelSpec, load_specs
 
 __all__ = ["ServingResult", "run_serving"]
@@ -100,9 +99,10 @@ def run_serving(latency_samples: int = 400, chat_requests: int = 8,
                 max_tokens: int = 96) -> ServingResult:
     import ray
     from ray import serve
+    from ray.serve._private.api import serve_start
 
-    from serve.app import build_app
-    from serve.options import ServeOptions
+    from serve.app import deploy_config
+    from serve.runner import ray_deployer
     from serve.telemetry import TelemetryConfig
 
     chat = _chat_spec()
@@ -113,12 +113,15 @@ def run_serving(latency_samples: int = 400, chat_requests: int = 8,
         ray.init(address="local", num_cpus=2, include_dashboard=False,
                  logging_level=logging.WARNING, log_to_driver=False)
         try:
-            serve.start(http_options={"host": "127.0.0.1", "port": port})
-            options = ServeOptions(specs=(_echo_spec(), chat),
-                                   telemetry=TelemetryConfig(settings.server_url, 1.0))
-            serve.run(build_app(options), name="aiops", route_prefix="/")
-            serve.run(bare_app(), name="bare", route_prefix="/bare")
-            serve.run(bare_fastapi_app(), name="bare-fastapi", route_prefix="/fastapi")
+            client = serve_start(http_options={"host": "127.0.0.1", "port": port})
+            config = deploy_config([_echo_spec(), chat],
+                                   TelemetryConfig(settings.server_url, 1.0), {})
+            config["applications"] += [
+                {"name": "bare", "route_prefix": "/bare",
+                 "import_path": "aiops.bench.peers:bare_app"},
+                {"name": "bare-fastapi", "route_prefix": "/fastapi",
+                 "import_path": "aiops.bench.peers:bare_fastapi_app"}]
+            ray_deployer(client, 300)(config)
 
             bare: list[float] = []
             fastapi: list[float] = []

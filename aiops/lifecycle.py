@@ -1,0 +1,86 @@
+"""Python client of the Serve control plane (model lifecycle): what the CLI and, later, the
+automated actions call. Every refusal raises ``LifecycleError`` with the server's message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from aiops.config import Settings
+from aiops.errors import AIOpsError, StackError
+
+__all__ = ["ADMIN_TOKEN_FILE", "LifecycleClient", "LifecycleError"]
+
+# Written by the Serve driver when AIOPS_ADMIN_TOKEN is empty (see serve.runner).
+ADMIN_TOKEN_FILE = "admin.token"
+
+
+class LifecycleError(AIOpsError):
+    """The control plane refused an operation; nothing changed."""
+
+
+class LifecycleClient:
+    def __init__(self, base_url: str, token: str, transport: httpx.BaseTransport | None = None,
+                 timeout_s: float = 600.0) -> None:
+        self._http = httpx.Client(base_url=base_url, transport=transport, timeout=timeout_s,
+                                  headers={"authorization": f"Bearer {token}"})
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LifecycleClient:
+        token = settings.admin_token
+        if not token:
+            path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
+            try:
+                token = path.read_text().strip()
+            except OSError as exc:
+                raise StackError(f"no admin token: set AIOPS_ADMIN_TOKEN or start the stack "
+                                 f"(`aiops up`), which writes {path}") from exc
+        return cls(f"http://{settings.serve_host}:{settings.control_port}", token)
+
+    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        try:
+            resp = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise StackError(f"cannot reach the control plane at {self._http.base_url}: "
+                             f"{exc}") from exc
+        if resp.status_code >= 400:
+            try:
+                message = resp.json().get("error", resp.text)
+            except ValueError:
+                message = resp.text
+            raise LifecycleError(f"HTTP {resp.status_code}: {message}")
+        out: dict[str, Any] = resp.json()
+        return out
+
+    def status(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/models")
+
+    def apply(self, specs: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._call("POST", "/v1/models/apply", {"models": specs})
+
+    def canary(self, model: str, version: str, percent: int) -> dict[str, Any]:
+        return self._call("POST", f"/v1/models/{model}/canary",
+                          {"version": version, "percent": percent})
+
+    def set_traffic(self, model: str, weights: dict[str, int]) -> dict[str, Any]:
+        return self._call("POST", f"/v1/models/{model}/traffic", {"weights": weights})
+
+    def promote(self, model: str, version: str) -> dict[str, Any]:
+        return self._call("POST", f"/v1/models/{model}/promote", {"version": version})
+
+    def rollback(self, model: str) -> dict[str, Any]:
+        return self._call("POST", f"/v1/models/{model}/rollback")
+
+    def set_faults(self, model: str, version: str, faults: dict[str, Any]) -> dict[str, Any]:
+        return self._call("PUT", f"/v1/models/{model}/versions/{version}/faults", faults)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> LifecycleClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

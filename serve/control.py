@@ -1,0 +1,214 @@
+"""The Serve control plane: the desired state of every model version, and the operations that
+change it (apply a spec file, canary, set weights, promote, roll back, set faults).
+
+It lives in the Serve driver process, which owns the Ray instance. Every operation validates
+first, then deploys the whole desired state declaratively; Serve changes only what differs
+(see ``serve.app``). Operations are serialised; a refused one changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from aiops.errors import AIOpsError
+from serve.app import deploy_config
+from serve.specs import Faults, ModelSpec, SpecFile
+from serve.telemetry import TelemetryConfig
+
+__all__ = ["ControlError", "DeployFailed", "NotFound", "ServeControl"]
+
+log = logging.getLogger(__name__)
+
+
+class ControlError(AIOpsError):
+    """An operation was refused; nothing changed."""
+
+
+class NotFound(ControlError):
+    """The model or version does not exist."""
+
+
+class DeployFailed(ControlError):
+    """Serve could not bring the new state up."""
+
+
+Deployer = Callable[[dict[str, Any]], None]
+
+
+class ServeControl:
+    def __init__(self, specs: list[ModelSpec], telemetry: TelemetryConfig,
+                 ingress_args: dict[str, Any], deployer: Deployer,
+                 state_file: Path | None = None,
+                 gate: Callable[[ModelSpec], None] | None = None) -> None:
+        self._specs = list(specs)
+        self._telemetry = telemetry
+        self._ingress_args = ingress_args
+        self._deployer = deployer
+        self._state_file = state_file
+        self._gate = gate
+        self._lock = threading.Lock()
+        # The version that takes the traffic when a canary is rolled back, per model.
+        self.stable: dict[str, str] = {}
+        self._remember_stable()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def specs(self) -> list[ModelSpec]:
+        return list(self._specs)
+
+    def status(self) -> dict[str, Any]:
+        models: dict[str, Any] = {}
+        for s in self._specs:
+            m = models.setdefault(s.name, {"stable": self.stable.get(s.name), "versions": []})
+            m["versions"].append({
+                "version": s.version, "weight": _weight(s), "backend": s.backend,
+                "deployment": s.deployment_name,
+                "digest": s.artifact.digest() if s.artifact is not None else None,
+                "faults": s.faults.model_dump(exclude_defaults=True)})
+        return {"models": models}
+
+    # -- operations ------------------------------------------------------------------------
+
+    def deploy(self) -> None:
+        """Deploy the current desired state (at start-up, or again after a failure)."""
+        with self._lock:
+            self._deploy(self._specs)
+
+    def apply(self, specs: list[ModelSpec]) -> dict[str, list[str]]:
+        """Replace the desired state with a validated spec list; gates run on new or changed
+        versions before any of them takes traffic. Returns what changed."""
+        with self._lock:
+            self._validate(specs)
+            old = {(s.name, s.version): s for s in self._specs}
+            new = {(s.name, s.version): s for s in specs}
+            changed = [s for k, s in new.items()
+                       if k not in old or _static(old[k]) != _static(s)]
+            if self._gate is not None:
+                for s in changed:
+                    self._gate(s)
+            self._deploy(specs)
+            self._remember_stable()
+            return {
+                "added": [f"{n}:{v}" for n, v in new if (n, v) not in old],
+                "changed": [f"{n}:{v}" for n, v in new if (n, v) in old
+                            and old[(n, v)] != new[(n, v)]],
+                "removed": [f"{n}:{v}" for n, v in old if (n, v) not in new],
+            }
+
+    def set_traffic(self, model: str, weights: dict[str, int]) -> None:
+        with self._lock:
+            versions = self._versions(model)
+            unknown = set(weights) - {s.version for s in versions}
+            if unknown:
+                raise NotFound(f"model {model!r} has no version(s) {sorted(unknown)}")
+            full = {s.version: weights.get(s.version, 0) for s in versions}
+            if sum(full.values()) != 100 or any(w < 0 for w in full.values()):
+                raise ControlError(f"weights must be >= 0 and add up to 100, got {full}")
+            self._retraffic(model, full)
+
+    def canary(self, model: str, version: str, percent: int) -> None:
+        """Send ``percent`` of the model's traffic to ``version``, the rest to the stable one."""
+        if not 0 <= percent <= 100:
+            raise ControlError("percent must be between 0 and 100")
+        with self._lock:
+            versions = {s.version for s in self._versions(model)}
+            if version not in versions:
+                raise NotFound(f"model {model!r} has no version {version!r}; "
+                               "add it with `aiops models apply` first")
+            stable = self.stable.get(model)
+            if stable is None or stable == version:
+                raise ControlError(f"no stable version of {model!r} other than {version!r} "
+                                   "to share traffic with")
+            self._retraffic(model, {stable: 100 - percent, version: percent})
+
+    def promote(self, model: str, version: str) -> None:
+        """Give ``version`` all of the model's traffic and make it the stable version."""
+        with self._lock:
+            if version not in {s.version for s in self._versions(model)}:
+                raise NotFound(f"model {model!r} has no version {version!r}")
+            self._retraffic(model, {version: 100})
+            self.stable[model] = version
+
+    def rollback(self, model: str) -> str:
+        """Give the stable version all of the model's traffic; return its version."""
+        with self._lock:
+            self._versions(model)
+            stable = self.stable.get(model)
+            if stable is None:
+                raise ControlError(f"model {model!r} has no stable version to roll back to")
+            self._retraffic(model, {stable: 100})
+            return stable
+
+    def set_faults(self, model: str, version: str, faults: dict[str, Any]) -> None:
+        with self._lock:
+            try:
+                parsed = Faults.model_validate(faults)
+            except ValidationError as exc:
+                raise ControlError(f"invalid faults: {exc.errors()[0]['msg']}") from exc
+            target = self._version(model, version)
+            specs = [s.model_copy(update={"faults": parsed}) if s is target else s
+                     for s in self._specs]
+            self._deploy(specs)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _versions(self, model: str) -> list[ModelSpec]:
+        versions = [s for s in self._specs if s.name == model]
+        if not versions:
+            raise NotFound(f"model {model!r} does not exist")
+        return versions
+
+    def _version(self, model: str, version: str) -> ModelSpec:
+        for s in self._versions(model):
+            if s.version == version:
+                return s
+        raise NotFound(f"model {model!r} has no version {version!r}")
+
+    def _retraffic(self, model: str, weights: dict[str, int]) -> None:
+        specs = [s.model_copy(update={"traffic": weights.get(s.version, 0)})
+                 if s.name == model else s for s in self._specs]
+        self._validate(specs)
+        self._deploy(specs)
+
+    def _validate(self, specs: list[ModelSpec]) -> None:
+        try:
+            SpecFile(models=specs)
+        except ValidationError as exc:
+            raise ControlError("; ".join(e["msg"] for e in exc.errors())) from exc
+
+    def _deploy(self, specs: list[ModelSpec]) -> None:
+        config = deploy_config(specs, self._telemetry, self._ingress_args)
+        started = time.monotonic()
+        self._deployer(config)
+        self._specs = list(specs)
+        log.info("deployed %d model version(s) in %.1f s", len(specs),
+                 time.monotonic() - started)
+        if self._state_file is not None:
+            self._state_file.write_text(json.dumps(
+                {"stable": self.stable, "specs": [s.model_dump(mode="json") for s in specs]},
+                indent=2))
+
+    def _remember_stable(self) -> None:
+        for s in self._specs:
+            versions = [v for v in self._specs if v.name == s.name]
+            current = self.stable.get(s.name)
+            if current not in {v.version for v in versions}:
+                self.stable[s.name] = max(versions, key=_weight).version
+
+
+def _weight(s: ModelSpec) -> int:
+    return 100 if s.traffic is None else s.traffic
+
+
+def _static(s: ModelSpec) -> ModelSpec:
+    """The part of a spec whose change needs the version redeployed (and gated again)."""
+    return s.model_copy(update={"traffic": None, "faults": Faults()})
