@@ -356,3 +356,80 @@ def models_faults(
               "memory_growth_mb": memory_growth_mb, "crash_after": crash_after,
               "slow_tokens_ms": slow_tokens_ms}
     _print_model(model, _run_lifecycle(ctx, "set_faults", model, version, faults))
+
+
+@app.command()
+def keygen(
+    directory: Annotated[Path, typer.Argument(help="Where to write NAME.key and NAME.pub.")],
+    name: Annotated[str, typer.Option(help="File name stem.")] = "aiops",
+) -> None:
+    """Create an Ed25519 key pair for signing model packages."""
+    from serve.packages import generate_keys
+
+    try:
+        private, public = generate_keys(directory, name)
+    except (AIOpsError, FileExistsError) as exc:
+        raise _fail(AIOpsError(str(exc))) from exc
+    console.print(f"private key: {private} (keep it secret)\npublic key:  {public}")
+
+
+@app.command("pack")
+def pack_cmd(
+    spec_file: Annotated[Path, typer.Option("--spec", help="Model spec file.")],
+    model: Annotated[str, typer.Option(help="Model name in the spec file.")],
+    key: Annotated[Path, typer.Option(help="Ed25519 private key (PEM).")],
+    out: Annotated[Path, typer.Option(help="Package directory to create.")],
+    version: Annotated[str | None, typer.Option(help="Version (default: the only one).")] = None,
+    reference: Annotated[bool, typer.Option(help="Record reference outputs.")] = True,
+) -> None:
+    """Build a signed package: the model's artifact, a manifest of sha256 digests, reference
+    outputs computed by running the model here, and an Ed25519 signature."""
+    from serve.backends.base import get_backend
+    from serve.gates import default_reference_inputs, reference_kind, reference_outputs
+    from serve.packages import pack
+    from serve.specs import load_specs
+
+    try:
+        specs = [s for s in load_specs(spec_file) if s.name == model
+                 and (version is None or s.version == version)]
+        if len(specs) != 1:
+            raise AIOpsError(f"{spec_file} has {len(specs)} matching versions of {model!r}; "
+                             "name one with --version")
+        spec = specs[0]
+        ref: dict[str, Any] | None = None
+        n_ref = 0
+        if reference:
+            kind = reference_kind(spec)
+            inputs = default_reference_inputs(kind)
+            backend: Any = get_backend(spec.backend)(spec)
+            backend.start()
+            try:
+                outputs = reference_outputs(backend, kind, inputs, 16)
+            finally:
+                backend.shutdown()
+            ref = {"kind": kind, "inputs": inputs, "outputs": outputs, "tolerance": 1e-4,
+                   "max_tokens": 16}
+            n_ref = len(inputs)
+        path = pack(spec.artifact_path(), out, name=spec.name, version=spec.version,
+                    backend=spec.backend, private_key=key, reference=ref)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    console.print(f"packed {spec.name}:{spec.version} into {path}"
+                  + (f" with {n_ref} reference output(s)" if n_ref else ""))
+
+
+@app.command("verify")
+def verify_cmd(
+    package: Annotated[Path, typer.Argument(help="Package directory.")],
+    key: Annotated[list[Path], typer.Option(help="Trusted public key(s) (PEM).")],
+) -> None:
+    """Verify a package's signature and every file's digest. Exit 1 and say why if not."""
+    from serve.packages import load_public_keys, verify_package
+
+    try:
+        verified = verify_package(package, load_public_keys(key))
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    m = verified.manifest
+    console.print(f"OK {m['name']}:{m['version']} ({m['backend']}), {len(m['files'])} files, "
+                  f"manifest {verified.digest[:23]}")

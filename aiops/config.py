@@ -84,6 +84,11 @@ class Settings(BaseSettings):
         20 * 1024 * 1024, ge=1024,
         description="Largest request body the OpenAI endpoints accept (HTTP 413 above).",
     )
+    strict_packages: bool = Field(
+        False, description="Serve only signed aiops packages that verify against "
+        "`AIOPS_TRUSTED_KEYS` (refuse unsigned or tampered artifacts).")
+    trusted_keys: str = Field(
+        "", description="Comma-separated Ed25519 public key files (PEM) that may sign packages.")
     otlp_export_interval_s: float = Field(
         1.0,
         gt=0,

@@ -14,10 +14,12 @@ the ingress's routing table (versions, weights, stickiness) and each version's f
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ray import serve
 
+from serve.gates import Trust
 from serve.ingress import INGRESS_NAME, Ingress, _replica_resource
 from serve.replica import ModelReplica
 from serve.specs import ModelSpec
@@ -43,9 +45,13 @@ _LIVE_FIELDS = {"traffic", "faults"}
 class ModelDeployment(ModelReplica):
     """A ModelReplica that knows which Serve replica it is and closes with it."""
 
-    def __init__(self, spec: dict[str, Any], telemetry: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], telemetry: dict[str, Any],
+                 trust: dict[str, Any] | None = None) -> None:
         s = ModelSpec.model_validate(spec)
-        super().__init__(s, TelemetryConfig(**telemetry), _replica_resource(s.name, s.version))
+        t = Trust(bool((trust or {}).get("strict")),
+                  tuple(Path(k) for k in (trust or {}).get("keys", ())))
+        super().__init__(s, TelemetryConfig(**telemetry), _replica_resource(s.name, s.version),
+                         trust=t)
 
     def __del__(self) -> None:
         # Serve calls __del__ when it stops a replica: flush telemetry, free the model.
@@ -75,7 +81,7 @@ def model_app(args: dict[str, Any]) -> serve.Application:
     spec = ModelSpec.model_validate(args["spec"])
     deployment: Any = serve.deployment(ModelDeployment)
     app: serve.Application = deployment.options(**deployment_options(spec)).bind(
-        args["spec"], args["telemetry"])
+        args["spec"], args["telemetry"], args.get("trust"))
     return app
 
 
@@ -88,10 +94,14 @@ def ingress_app(args: dict[str, Any]) -> serve.Application:
     return app
 
 
-def routing_table(specs: list[ModelSpec]) -> dict[str, Any]:
-    """The ingress's user_config: per model, its versions with weights and specs."""
+def routing_table(specs: list[ModelSpec], unrouted: frozenset[str] = frozenset()
+                  ) -> dict[str, Any]:
+    """The ingress's user_config: per model, its versions with weights and specs. Versions in
+    ``unrouted`` (deployment names: staged, not yet through their gates) are left out."""
     models: dict[str, list[dict[str, Any]]] = {}
     for s in specs:
+        if s.deployment_name in unrouted:
+            continue
         models.setdefault(s.name, []).append({
             "version": s.version, "app": s.deployment_name, "deployment": s.deployment_name,
             "weight": 100 if s.traffic is None else s.traffic,
@@ -102,19 +112,24 @@ def routing_table(specs: list[ModelSpec]) -> dict[str, Any]:
 
 
 def deploy_config(specs: list[ModelSpec], telemetry: TelemetryConfig,
-                  ingress_args: dict[str, Any]) -> dict[str, Any]:
+                  ingress_args: dict[str, Any], unrouted: frozenset[str] = frozenset(),
+                  trust: Trust | None = None) -> dict[str, Any]:
     """A ServeDeploySchema document for the whole stack."""
+    trust = trust or Trust()
+    trust_args = {"strict": trust.strict, "keys": [str(k) for k in trust.keys]}
     tele = {"endpoint": telemetry.endpoint, "export_interval_s": telemetry.export_interval_s}
     apps: list[dict[str, Any]] = [{
         "name": APP_NAME, "route_prefix": "/", "import_path": "serve.app:ingress_app",
         "args": {**ingress_args, "telemetry": tele},
-        "deployments": [{"name": INGRESS_NAME, "user_config": routing_table(specs)}],
+        "deployments": [{"name": INGRESS_NAME,
+                         "user_config": routing_table(specs, unrouted)}],
     }]
     for s in specs:
         apps.append({
             "name": s.deployment_name, "route_prefix": None,
             "import_path": "serve.app:model_app",
-            "args": {"spec": s.model_dump(mode="json", exclude=_LIVE_FIELDS), "telemetry": tele},
+            "args": {"spec": s.model_dump(mode="json", exclude=_LIVE_FIELDS), "telemetry": tele,
+                     "trust": trust_args},
             "deployments": [{"name": s.deployment_name,
                              "user_config": {"faults": s.faults.model_dump()}}],
         })

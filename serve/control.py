@@ -20,10 +20,11 @@ from pydantic import ValidationError
 
 from aiops.errors import AIOpsError
 from serve.app import deploy_config
+from serve.gates import GateFailed, Trust, static_checks
 from serve.specs import Faults, ModelSpec, SpecFile
 from serve.telemetry import TelemetryConfig
 
-__all__ = ["ControlError", "DeployFailed", "NotFound", "ServeControl"]
+__all__ = ["ControlError", "DeployFailed", "GateRefused", "NotFound", "ServeControl"]
 
 log = logging.getLogger(__name__)
 
@@ -40,20 +41,29 @@ class DeployFailed(ControlError):
     """Serve could not bring the new state up."""
 
 
+class GateRefused(ControlError):
+    """A version failed a validation gate and does not serve."""
+
+
 Deployer = Callable[[dict[str, Any]], None]
+# Runs the run-time gate in a version's replica: {"ok": bool, "reason"?: str, ...}.
+Tester = Callable[[ModelSpec], dict[str, Any]]
 
 
 class ServeControl:
     def __init__(self, specs: list[ModelSpec], telemetry: TelemetryConfig,
                  ingress_args: dict[str, Any], deployer: Deployer,
-                 state_file: Path | None = None,
-                 gate: Callable[[ModelSpec], None] | None = None) -> None:
+                 state_file: Path | None = None, tester: Tester | None = None,
+                 trust: Trust | None = None, cluster_cpus: float = float("inf")) -> None:
         self._specs = list(specs)
         self._telemetry = telemetry
         self._ingress_args = ingress_args
         self._deployer = deployer
         self._state_file = state_file
-        self._gate = gate
+        self._tester = tester
+        self._trust = trust or Trust()
+        self._cluster_cpus = cluster_cpus
+        self.gate_reports: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         # The version that takes the traffic when a canary is rolled back, per model.
         self.stable: dict[str, str] = {}
@@ -79,8 +89,13 @@ class ServeControl:
     # -- operations ------------------------------------------------------------------------
 
     def deploy(self) -> None:
-        """Deploy the current desired state (at start-up, or again after a failure)."""
+        """Deploy the current desired state (at start-up): every version passes its gates
+        before the ingress routes to it."""
         with self._lock:
+            self._static(self._specs)
+            staged = frozenset(s.deployment_name for s in self._specs)
+            self._deploy(self._specs, unrouted=staged)
+            self._run_gates(self._specs)
             self._deploy(self._specs)
 
     def apply(self, specs: list[ModelSpec]) -> dict[str, list[str]]:
@@ -92,9 +107,16 @@ class ServeControl:
             new = {(s.name, s.version): s for s in specs}
             changed = [s for k, s in new.items()
                        if k not in old or _static(old[k]) != _static(s)]
-            if self._gate is not None:
-                for s in changed:
-                    self._gate(s)
+            added = frozenset(s.deployment_name for k, s in new.items() if k not in old)
+            self._static(changed)
+            previous = self._specs
+            # New versions come up unrouted; changed ones update in place (rolling).
+            self._deploy(specs, unrouted=added)
+            try:
+                self._run_gates(changed)
+            except GateRefused:
+                self._deploy(previous)
+                raise
             self._deploy(specs)
             self._remember_stable()
             return {
@@ -185,8 +207,27 @@ class ServeControl:
         except ValidationError as exc:
             raise ControlError("; ".join(e["msg"] for e in exc.errors())) from exc
 
-    def _deploy(self, specs: list[ModelSpec]) -> None:
-        config = deploy_config(specs, self._telemetry, self._ingress_args)
+    def _static(self, specs: list[ModelSpec]) -> None:
+        for s in specs:
+            try:
+                static_checks(s, self._trust, self._cluster_cpus)
+            except GateFailed as exc:
+                raise GateRefused(str(exc)) from exc
+
+    def _run_gates(self, specs: list[ModelSpec]) -> None:
+        if self._tester is None:
+            return
+        for s in specs:
+            report = self._tester(s)
+            self.gate_reports[f"{s.name}:{s.version}"] = report
+            if not report.get("ok"):
+                raise GateRefused(f"{s.name}:{s.version} failed its validation gate: "
+                                  f"{report.get('reason')}")
+            log.info("%s:%s passed its gates: %s", s.name, s.version, report)
+
+    def _deploy(self, specs: list[ModelSpec], unrouted: frozenset[str] = frozenset()) -> None:
+        config = deploy_config(specs, self._telemetry, self._ingress_args, unrouted,
+                               self._trust)
         started = time.monotonic()
         self._deployer(config)
         self._specs = list(specs)

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from serve.control import ControlError, DeployFailed, NotFound, ServeControl
+from serve.control import ControlError, DeployFailed, GateRefused, NotFound, ServeControl
 from serve.specs import ModelSpec
 
 __all__ = ["create_control_app"]
@@ -57,7 +57,8 @@ def create_control_app(control: ServeControl, token: str) -> FastAPI:
 
     @app.exception_handler(ControlError)
     async def refused(_: Request, exc: ControlError) -> JSONResponse:
-        code = 404 if isinstance(exc, NotFound) else 409 if isinstance(exc, DeployFailed) else 400
+        code = (404 if isinstance(exc, NotFound) else 409 if isinstance(exc, DeployFailed)
+                else 422 if isinstance(exc, GateRefused) else 400)
         return JSONResponse({"error": str(exc)}, status_code=code)
 
     @app.get("/v1/models")

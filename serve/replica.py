@@ -9,6 +9,8 @@ point back at the trace.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import asdict
@@ -30,6 +32,8 @@ from serve.backends.base import (
     get_backend,
 )
 from serve.faults import FaultInjector
+from serve.gates import Trust, sample_image
+from serve.packages import PackageError, load_public_keys, verify_package
 from serve.specs import Faults, ModelSpec
 from serve.telemetry import Telemetry, TelemetryConfig, attrs, extract_context
 
@@ -54,8 +58,9 @@ class ReportsEngineMetrics(Protocol):
 
 class ModelReplica:
     def __init__(self, spec: ModelSpec, telemetry: TelemetryConfig,
-                 resource: Mapping[str, str] | None = None) -> None:
+                 resource: Mapping[str, str] | None = None, trust: Trust | None = None) -> None:
         self.spec = spec
+        _check_trust(spec, trust or Trust())
         res = {attrs.SERVICE_NAME: spec.name, attrs.SERVICE_VERSION: spec.version,
                **(resource or {})}
         if spec.artifact is not None:
@@ -95,6 +100,45 @@ class ModelReplica:
                     description="The engine's own metric (counters are cumulative)")
         self._output = (jsonschema.Draft202012Validator(spec.output_schema)
                         if spec.output_schema else None)
+
+    async def self_test(self) -> dict[str, Any]:
+        """The run-time validation gate (see ``serve.gates``): a sample inference and, when
+        the version's package carries reference outputs, numeric consistency with them."""
+        from serve.gates import compare_reference, reference_kind, reference_outputs
+
+        kind = reference_kind(self.spec)
+        sample = {"embedding": ["gate check"], "text": ["Say OK."],
+                  "vision": [base64.b64encode(sample_image()).decode()]}[kind]
+        started = time.perf_counter()
+        try:
+            await asyncio.to_thread(reference_outputs, self.backend, kind, sample, 8)
+        except Exception as exc:  # noqa: BLE001 - any failure is the gate's verdict
+            return {"ok": False, "reason": f"sample inference failed: {exc}"}
+        latency_ms = (time.perf_counter() - started) * 1000
+        if latency_ms > self.spec.qos.timeout_s * 1000:
+            return {"ok": False, "reason": f"sample inference took {latency_ms:.0f} ms, over "
+                    f"the {self.spec.qos.timeout_s:g} s timeout"}
+        reference = self._reference()
+        if reference is None:
+            return {"ok": True, "latency_ms": latency_ms, "reference": "none"}
+        try:
+            got = await asyncio.to_thread(
+                reference_outputs, self.backend, reference["kind"], reference["inputs"],
+                int(reference.get("max_tokens", 16)))
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "reason": f"reference inference failed: {exc}"}
+        problem = compare_reference(reference["kind"], reference["outputs"], got,
+                                    float(reference.get("tolerance", 1e-4)))
+        if problem is not None:
+            return {"ok": False, "reason": f"numeric check failed: {problem}"}
+        return {"ok": True, "latency_ms": latency_ms, "reference": len(got)}
+
+    def _reference(self) -> dict[str, Any] | None:
+        bundle = self.spec.artifact.bundle if self.spec.artifact is not None else None
+        if bundle is None or not (bundle / "reference.json").is_file():
+            return None
+        loaded: dict[str, Any] = json.loads((bundle / "reference.json").read_text())
+        return loaded
 
     def reconfigure(self, config: dict[str, Any]) -> None:
         """Serve's in-place update (the deployment's user_config): faults change live."""
@@ -249,3 +293,19 @@ def _generation_request(payload: dict[str, Any]) -> GenerationRequest:
         prompt=payload.get("prompt"), max_tokens=payload["max_tokens"],
         temperature=payload["temperature"], seed=payload.get("seed"),
         stop=tuple(payload.get("stop", ())))
+
+
+def _check_trust(spec: ModelSpec, trust: Trust) -> None:
+    """Defence in depth: a replica refuses to load what the control plane should have refused."""
+    bundle = spec.artifact.bundle if spec.artifact is not None else None
+    if bundle is None:
+        if trust.strict:
+            raise ModelError(f"{spec.name}:{spec.version}: strict mode serves only signed "
+                             "packages")
+        return
+    keys = load_public_keys(list(trust.keys))
+    if trust.strict or keys:
+        try:
+            verify_package(bundle, keys)
+        except PackageError as exc:
+            raise ModelError(f"{spec.name}:{spec.version}: package refused: {exc}") from exc

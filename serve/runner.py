@@ -29,6 +29,7 @@ from aiops.logs import configure_json_logging
 from serve.app import APP_NAME
 from serve.control import DeployFailed, ServeControl
 from serve.control_api import create_control_app
+from serve.gates import Trust
 from serve.options import ServeOptions
 from serve.specs import ModelSpec
 from serve.telemetry import Telemetry, attrs
@@ -127,6 +128,19 @@ def ray_deployer(client: Any, timeout_s: float) -> Any:
     return deploy
 
 
+def replica_tester(spec: ModelSpec) -> dict[str, Any]:
+    """Run the run-time gate inside one replica of the (still unrouted) version."""
+    from ray import serve
+
+    handle = serve.get_deployment_handle(spec.deployment_name, app_name=spec.deployment_name)
+    try:
+        report: dict[str, Any] = handle.self_test.remote().result(
+            timeout_s=spec.qos.timeout_s + 60)
+    except Exception as exc:  # noqa: BLE001 - a replica that cannot test itself fails
+        return {"ok": False, "reason": f"self-test did not complete: {exc}"}
+    return report
+
+
 def admin_token(settings: Settings) -> str:
     """The control plane's token: configured, or generated and left for the CLI (0600)."""
     if settings.admin_token:
@@ -160,7 +174,9 @@ def run(settings: Settings, stop: threading.Event) -> None:
             list(options.specs), options.telemetry,
             {"api_keys": list(options.api_keys), "max_request_bytes": options.max_request_bytes},
             ray_deployer(client, settings.startup_timeout_s),
-            state_file=Path(settings.data_dir) / STATE_FILE)
+            state_file=Path(settings.data_dir) / STATE_FILE, tester=replica_tester,
+            trust=Trust.from_setting(settings.strict_packages, settings.trusted_keys),
+            cluster_cpus=float(settings.ray_num_cpus))
         control.deploy()
         watcher = ServeWatcher(options, telemetry)
         watcher.poll()

