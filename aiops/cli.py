@@ -215,6 +215,9 @@ def bench_serve(
               f"{r.fastapi_p50_ms:.2f}", f"+{r.aiops_p50_ms - r.fastapi_p50_ms:.2f} ms")
     t.add_row("p99 latency ms (aiops vs bare Serve+FastAPI)", f"{r.aiops_p99_ms:.2f}",
               f"{r.fastapi_p99_ms:.2f}", f"+{r.aiops_p99_ms - r.fastapi_p99_ms:.2f} ms")
+    cost = 1 - r.provenance_on_rps / r.provenance_off_rps
+    t.add_row("echo req/s, provenance ledger on vs off", f"{r.provenance_on_rps:,.1f}",
+              f"{r.provenance_off_rps:,.1f}", f"cost {cost:+.1%}")
     console.print(t)
 
 
@@ -433,3 +436,52 @@ def verify_cmd(
     m = verified.manifest
     console.print(f"OK {m['name']}:{m['version']} ({m['backend']}), {len(m['files'])} files, "
                   f"manifest {verified.digest[:23]}")
+
+
+ledger_app = typer.Typer(no_args_is_help=True, help="Tamper-evident hash chains.")
+app.add_typer(ledger_app, name="ledger")
+
+
+@ledger_app.command("verify")
+def ledger_verify(
+    ctx: typer.Context,
+    table: Annotated[str, typer.Option(help="Chained table.")] = "provenance",
+    offline: Annotated[bool, typer.Option(
+        help="Open the DuckDB file directly (the server must be stopped).")] = False,
+) -> None:
+    """Recompute a hash chain; exit 1 and say where if an entry was modified, deleted,
+    inserted or reordered, or the tail was cut off."""
+    from aiops.ledger import verify_table
+
+    settings = _settings(ctx)
+    try:
+        if offline:
+            from aiops.store import Store
+
+            store = Store(settings.db_path)
+            try:
+                report = verify_table(store, table)
+            finally:
+                store.close()
+        else:
+            import httpx
+
+            try:
+                resp = httpx.get(f"{settings.server_url}/api/v1/ledger/{table}/verify",
+                                 timeout=300)
+            except httpx.HTTPError as exc:
+                raise AIOpsError(f"cannot reach the aiops server ({exc}); "
+                                 "use --offline when it is stopped") from exc
+            report = resp.json()
+            if resp.status_code != 200:
+                raise AIOpsError(report.get("error", resp.text))
+    except (AIOpsError, ValueError) as exc:
+        raise _fail(AIOpsError(str(exc))) from exc
+    if report["ok"]:
+        console.print(f"OK: {report['entries']} entries in {table}, chain intact"
+                      + ("" if report["anchored"] else " (no anchor file found)"))
+        return
+    err_console.print(f"[red]TAMPERED[/red]: {table} ({report['entries']} entries)")
+    for problem in report["problems"]:
+        err_console.print(f"  {escape(problem)}")
+    raise typer.Exit(1)

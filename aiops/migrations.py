@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from aiops.schema import TABLES
+from aiops.schema import PROVENANCE, TABLES
 
 __all__ = ["MIGRATIONS", "Migration", "apply_migrations", "current_version"]
 
@@ -33,7 +33,14 @@ def _create_tables(conn: duckdb.DuckDBPyConnection) -> None:
         conn.execute(t.ddl())
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "create telemetry tables", _create_tables),)
+def _provenance(conn: duckdb.DuckDBPyConnection) -> None:
+    conn.execute(PROVENANCE.ddl())
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "create telemetry tables", _create_tables),
+    Migration(2, "provenance hash chain", _provenance),
+)
 
 
 def current_version(conn: duckdb.DuckDBPyConnection) -> int:

@@ -21,6 +21,7 @@ __all__ = [
     "LEDGER",
     "LOGS",
     "METRIC_POINTS",
+    "PROVENANCE",
     "SPANS",
     "TABLES",
     "Column",
@@ -227,7 +228,27 @@ LEDGER = Table(
     ),
 )
 
-TABLES: tuple[Table, ...] = (SPANS, LOGS, METRIC_POINTS, EBPF_SAMPLES, INCIDENTS, ACTIONS, LEDGER)
+PROVENANCE = Table(
+    "provenance",
+    "One hash-chained entry per inference: what answered, on what, for which input.",
+    (
+        _c("seq", Kind.BIGINT, "Position in the chain, from 1.", required=True),
+        _c("time", Kind.TIMESTAMP, "When the inference finished, UTC.", required=True),
+        _c("trace_id", Kind.VARCHAR, "Trace of the request."),
+        _c("inference_id", Kind.VARCHAR, "The request's inference id."),
+        _c("model", Kind.VARCHAR, "Model name."),
+        _c("version", Kind.VARCHAR, "Model version."),
+        _c("artifact_digest", Kind.VARCHAR, "sha256 of the artifact (or package manifest)."),
+        _c("input_hash", Kind.VARCHAR, "sha256 of the canonical request input."),
+        _c("hardware", Kind.VARCHAR, "sha256 fingerprint of the replica's hardware."),
+        _c("entry", Kind.VARCHAR, "The canonical JSON the hash covers.", required=True),
+        _c("prev_hash", Kind.VARCHAR, "Hash of entry seq-1.", required=True),
+        _c("hash", Kind.VARCHAR, "sha256 over prev_hash, seq and entry.", required=True),
+    ),
+)
+
+TABLES: tuple[Table, ...] = (SPANS, LOGS, METRIC_POINTS, EBPF_SAMPLES, INCIDENTS, ACTIONS, LEDGER,
+                             PROVENANCE)
 _BY_NAME = {t.name: t for t in TABLES}
 
 

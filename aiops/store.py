@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from aiops.errors import QueryRejected, SchemaMismatch, StoreError
+from aiops.ledger import GENESIS, Anchor, canonical, link
 from aiops.migrations import apply_migrations
 from aiops.schema import Table, table
 
@@ -42,6 +44,8 @@ class Store:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
+        # Hash-chained tables: their head (seq, hash), and an anchor file beside the database.
+        self._heads: dict[str, tuple[int, str]] = {}
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -61,13 +65,24 @@ class Store:
         """Append one Arrow batch to a declared table; return the number of rows written."""
         return self.append_many({table_name: batch})
 
-    def append_many(self, batches: dict[str, pa.Table | pa.RecordBatch]) -> int:
-        """Append several batches in one transaction: all of them land or none does."""
+    def append_many(self, batches: dict[str, pa.Table | pa.RecordBatch],
+                    chained: dict[str, list[dict[str, Any]]] | None = None) -> int:
+        """Append several batches in one transaction: all of them land or none does.
+
+        ``chained`` entries (per hash-chained table) are linked onto the table's chain under
+        the same lock and in the same transaction, so the chain never forks or skips.
+        """
         prepared = [(table(name), _conform(table(name), b)) for name, b in batches.items()]
         prepared = [(t, b) for t, b in prepared if b.num_rows]
-        if not prepared:
+        chained = {k: v for k, v in (chained or {}).items() if v}
+        if not prepared and not chained:
             return 0
         with self._write_lock:
+            heads = {name: self._head(name) for name in chained}
+            new_heads = {}
+            for name, entries in chained.items():
+                linked, new_heads[name] = _link_entries(table(name), entries, *heads[name])
+                prepared.append((table(name), linked))
             cur = self._conn.cursor()
             try:
                 cur.execute("BEGIN TRANSACTION")
@@ -82,7 +97,25 @@ class Store:
                 raise StoreError(f"append failed: {exc}") from exc
             finally:
                 cur.close()
+            for name, head in new_heads.items():
+                self._heads[name] = head
+                anchor = self.anchor(name)
+                if anchor is not None:
+                    anchor.write(*head)
         return sum(b.num_rows for _, b in prepared)
+
+    def anchor(self, table_name: str) -> Anchor | None:
+        """Where the head of a hash-chained table is kept, outside the database."""
+        if self.path is None:
+            return None
+        return Anchor(self.path.with_name(f"{self.path.stem}.{table_name}.head"))
+
+    def _head(self, name: str) -> tuple[int, str]:
+        if name not in self._heads:
+            rows = self.query(f"SELECT seq, hash FROM {table(name).name} "
+                              "ORDER BY seq DESC LIMIT 1").rows
+            self._heads[name] = (int(rows[0][0]), str(rows[0][1])) if rows else (0, GENESIS)
+        return self._heads[name]
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -115,6 +148,19 @@ class Store:
         finally:
             cur.close()
 
+    def iter_rows(self, sql: str, batch: int = 10_000) -> Iterator[tuple[Any, ...]]:
+        """Stream the rows of one read-only statement, ``batch`` at a time."""
+        self._check_read_only(sql)
+        cur = self._conn.cursor()
+        try:
+            cur.execute(sql)
+            while rows := cur.fetchmany(batch):
+                yield from rows
+        except duckdb.Error as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+        finally:
+            cur.close()
+
     def count(self, table_name: str) -> int:
         t = table(table_name)
         return int(self.query(f"SELECT count(*) FROM {t.name}").rows[0][0])
@@ -136,6 +182,22 @@ class Store:
         kind = statements[0].type
         if kind not in _READ_TYPES:
             raise QueryRejected(f"only SELECT queries are allowed here, not {kind.name}")
+
+
+def _link_entries(t: Table, entries: list[dict[str, Any]], seq: int, prev: str
+                  ) -> tuple[pa.Table, tuple[int, str]]:
+    """Rows for ``entries`` chained after (seq, prev). Each entry's own keys fill the
+    table's columns; the whole entry is the canonical JSON the hash covers."""
+    rows = []
+    for entry in entries:
+        seq += 1
+        body = canonical(entry)
+        digest = link(prev, seq, body)
+        rows.append({**{c: entry.get(c) for c in t.column_names}, "seq": seq, "entry": body,
+                     "prev_hash": prev, "hash": digest})
+        prev = digest
+    columns = {c: [r[c] for r in rows] for c in t.column_names}
+    return pa.Table.from_pydict(columns, schema=t.arrow_schema), (seq, prev)
 
 
 def _conform(t: Table, batch: pa.Table | pa.RecordBatch) -> pa.Table:

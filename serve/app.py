@@ -117,7 +117,8 @@ def deploy_config(specs: list[ModelSpec], telemetry: TelemetryConfig,
     """A ServeDeploySchema document for the whole stack."""
     trust = trust or Trust()
     trust_args = {"strict": trust.strict, "keys": [str(k) for k in trust.keys]}
-    tele = {"endpoint": telemetry.endpoint, "export_interval_s": telemetry.export_interval_s}
+    tele = {"endpoint": telemetry.endpoint, "export_interval_s": telemetry.export_interval_s,
+            "provenance": telemetry.provenance}
     apps: list[dict[str, Any]] = [{
         "name": APP_NAME, "route_prefix": "/", "import_path": "serve.app:ingress_app",
         "args": {**ingress_args, "telemetry": tele},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -17,10 +18,12 @@ from dataclasses import asdict
 from typing import Any, Protocol, runtime_checkable
 
 import jsonschema
+from opentelemetry import context as otel_context
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, use_span
 
 from aiops.errors import ModelError
+from aiops.ledger import PROVENANCE_EVENT, canonical
 from serve.backends.base import (
     ChatBackend,
     ChatMessage,
@@ -33,6 +36,7 @@ from serve.backends.base import (
 )
 from serve.faults import FaultInjector
 from serve.gates import Trust, sample_image
+from serve.hardware import fingerprint
 from serve.packages import PackageError, load_public_keys, verify_package
 from serve.specs import Faults, ModelSpec
 from serve.telemetry import Telemetry, TelemetryConfig, attrs, extract_context
@@ -71,6 +75,9 @@ class ModelReplica:
         self.labels = {attrs.GEN_AI_REQUEST_MODEL: spec.name, attrs.MODEL_VERSION: spec.version,
                        attrs.ARTIFACT_DIGEST: digest}
         self.faults = FaultInjector(spec.faults)
+        self._provenance = (self.telemetry.logger_provider.get_logger("aiops.provenance")
+                            if telemetry.provenance else None)
+        self._hardware = fingerprint()
         meter = self.telemetry.meter
         self.duration = meter.create_histogram(
             "gen_ai.server.request.duration", unit="s",
@@ -170,7 +177,19 @@ class ModelReplica:
         self.telemetry.logger.error("inference failed: %s", exc,
                                     extra={attrs.INFERENCE_ID: inference_id, **self.labels})
 
-    def _succeed(self, span: Span, result: Generation, elapsed: float, inference_id: str) -> None:
+    def _record_provenance(self, inference_id: str, input_hash: str) -> None:
+        if self._provenance is None:
+            return
+        # Emitted while the span is current: the record carries its trace and span ids.
+        self._provenance.emit(event_name=PROVENANCE_EVENT, context=otel_context.get_current(),
+                              attributes={
+                                  "model": self.spec.name, "version": self.spec.version,
+                                  "artifact_digest": self.labels[attrs.ARTIFACT_DIGEST],
+                                  "input_hash": input_hash, "hardware": self._hardware,
+                                  "inference_id": inference_id})
+
+    def _succeed(self, span: Span, result: Generation, elapsed: float, inference_id: str,
+                 input_hash: str) -> None:
         span.set_attributes({
             attrs.GEN_AI_RESPONSE_MODEL: self.spec.name,
             attrs.GEN_AI_INPUT_TOKENS: result.prompt_tokens,
@@ -185,6 +204,7 @@ class ModelReplica:
         self.requests.add(1, {**self.labels, "outcome": "ok"})
         if isinstance(self.backend, ReportsCacheUsage):
             self.cache_gauge.set(self.backend.cache_usage(), self.labels)
+        self._record_provenance(inference_id, input_hash)
         self.telemetry.logger.info(
             "%s in %.3f s: %d input tokens, %d output tokens, %s", self.spec.model_type.value,
             elapsed, result.prompt_tokens, result.completion_tokens, result.finish_reason,
@@ -197,7 +217,7 @@ class ModelReplica:
                 raise ModelError(f"output violates the model's output_schema: {errors[0].message}")
 
     async def _run(self, operation: str, carrier: Mapping[str, str], inference_id: str,
-                   fn: Any, *args: Any) -> Generation:
+                   input_hash: str, fn: Any, *args: Any) -> Generation:
         span = self._span(operation, carrier, inference_id)
         with use_span(span, end_on_exit=True):
             started = time.perf_counter()
@@ -208,7 +228,7 @@ class ModelReplica:
             except ModelError as exc:
                 self._fail(span, exc, inference_id)
                 raise
-            self._succeed(span, result, time.perf_counter() - started, inference_id)
+            self._succeed(span, result, time.perf_counter() - started, inference_id, input_hash)
         return result
 
     # -- the deployment's methods ----------------------------------------------------------
@@ -218,7 +238,8 @@ class ModelReplica:
         backend: ChatBackend = self.backend  # type: ignore[assignment]
         request = _generation_request(payload)
         op = "text_completion" if request.prompt is not None else "chat"
-        return asdict(await self._run(op, carrier, inference_id, backend.generate, request))
+        return asdict(await self._run(op, carrier, inference_id, input_digest(payload),
+                                      backend.generate, request))
 
     async def stream(self, payload: dict[str, Any], carrier: dict[str, str],
                      inference_id: str) -> AsyncIterator[dict[str, Any]]:
@@ -249,7 +270,8 @@ class ModelReplica:
                                                  self.labels)
                             self._succeed(span, Generation(
                                 "", delta.finish_reason, delta.prompt_tokens,
-                                delta.completion_tokens), end - started, inference_id)
+                                delta.completion_tokens), end - started, inference_id,
+                                input_digest(payload))
                         yield asdict(delta)
                 except ModelError as exc:
                     self._fail(span, exc, inference_id)
@@ -273,13 +295,15 @@ class ModelReplica:
                 self._fail(span, exc, inference_id)
                 raise
             self._succeed(span, Generation("", "stop", out.tokens, 0),
-                          time.perf_counter() - started, inference_id)
+                          time.perf_counter() - started, inference_id, input_digest(texts))
         return {"vectors": out.vectors, "tokens": out.tokens}
 
     async def see(self, images: list[bytes], prompt: str, carrier: dict[str, str],
                   inference_id: str) -> dict[str, Any]:
         backend: VisionBackend = self.backend  # type: ignore[assignment]
-        return asdict(await self._run("vision", carrier, inference_id, backend.see,
+        digest = input_digest({"prompt": prompt,
+                               "images": [hashlib.sha256(i).hexdigest() for i in images]})
+        return asdict(await self._run("vision", carrier, inference_id, digest, backend.see,
                                       images, prompt))
 
     def close(self) -> None:
@@ -309,3 +333,8 @@ def _check_trust(spec: ModelSpec, trust: Trust) -> None:
             verify_package(bundle, keys)
         except PackageError as exc:
             raise ModelError(f"{spec.name}:{spec.version}: package refused: {exc}") from exc
+
+
+def input_digest(value: Any) -> str:
+    """sha256 of a request's input in canonical JSON: equal inputs, equal digests."""
+    return "sha256:" + hashlib.sha256(canonical(value).encode()).hexdigest()

@@ -63,6 +63,8 @@ class TelemetryConfig:
     endpoint: str
     """Base URL of the OTLP/HTTP receiver, e.g. http://127.0.0.1:4318."""
     export_interval_s: float = 1.0
+    provenance: bool = True
+    """Emit one provenance record per inference (the server chains them)."""
 
 
 class Telemetry:

@@ -46,6 +46,8 @@ class ServingResult:
     aiops_p99_ms: float
     latency_samples: int
     chat_requests: int
+    provenance_on_rps: float
+    provenance_off_rps: float
 
 
 def _chat_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
@@ -75,6 +77,23 @@ def _tokens_per_s(url: str, spec: ModelSpec, n: int, max_tokens: int) -> float:
             r.raise_for_status()
             tokens += r.json()["usage"]["completion_tokens"]
     return tokens / (time.perf_counter() - started)
+
+
+def _requests_per_s(url: str, n: int, clients: int) -> float:
+    """Echo chat requests per second with ``clients`` concurrent keep-alive clients."""
+    import concurrent.futures
+
+    body = _chat_body("echo", "the quick brown fox jumps over the lazy dog", 16)
+
+    def run(k: int) -> None:
+        with httpx.Client(timeout=30) as c:
+            for _ in range(k):
+                c.post(f"{url}/v1/chat/completions", json=body).raise_for_status()
+
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        list(pool.map(run, [n // clients] * clients))
+    return (n // clients * clients) / (time.perf_counter() - started)
 
 
 def _inprocess_tokens_per_s(spec: ModelSpec, n: int, max_tokens: int) -> float:
@@ -116,11 +135,12 @@ def run_serving(latency_samples: int = 400, chat_requests: int = 8,
             client = serve_start(http_options={"host": "127.0.0.1", "port": port})
             config = deploy_config([_echo_spec(), chat],
                                    TelemetryConfig(settings.server_url, 1.0), {})
-            config["applications"] += [
+            peers = [
                 {"name": "bare", "route_prefix": "/bare",
                  "import_path": "aiops.bench.peers:bare_app"},
                 {"name": "bare-fastapi", "route_prefix": "/fastapi",
                  "import_path": "aiops.bench.peers:bare_fastapi_app"}]
+            config["applications"] += peers
             ray_deployer(client, 300)(config)
 
             bare: list[float] = []
@@ -139,6 +159,16 @@ def run_serving(latency_samples: int = 400, chat_requests: int = 8,
 
             _tokens_per_s(url, chat, 1, 4)  # warm-up
             stack_rate = _tokens_per_s(url, chat, chat_requests, max_tokens)
+
+            # Provenance ledger cost: echo throughput with it on, off, and on again (drift).
+            rates: dict[bool, list[float]] = {True: [], False: []}
+            for provenance in (True, False, True, False):
+                tele = TelemetryConfig(settings.server_url, 1.0, provenance=provenance)
+                config = deploy_config([_echo_spec(), chat], tele, {})
+                config["applications"] += peers
+                ray_deployer(client, 300)(config)
+                _requests_per_s(url, 100, 4)  # warm-up after the redeploy
+                rates[provenance].append(_requests_per_s(url, 1200, 4))
             serve.shutdown()  # type: ignore[no-untyped-call]
         finally:
             ray.shutdown()
@@ -148,4 +178,6 @@ def run_serving(latency_samples: int = 400, chat_requests: int = 8,
         bare_p50_ms=percentile(bare, 50), bare_p99_ms=percentile(bare, 99),
         fastapi_p50_ms=percentile(fastapi, 50), fastapi_p99_ms=percentile(fastapi, 99),
         aiops_p50_ms=percentile(instrumented, 50), aiops_p99_ms=percentile(instrumented, 99),
-        latency_samples=latency_samples, chat_requests=chat_requests)
+        latency_samples=latency_samples, chat_requests=chat_requests,
+        provenance_on_rps=sum(rates[True]) / len(rates[True]),
+        provenance_off_rps=sum(rates[False]) / len(rates[False]))

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from aiops.config import Settings
 from aiops.errors import AIOpsError, QueryRejected, StoreError
+from aiops.ledger import verify_table
 from aiops.store import Store
 from collectors.otlp.receiver import ReceiverMetrics, make_router
 
@@ -72,6 +73,14 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/v1/ledger/{table_name}/verify")
+    async def verify_ledger(table_name: str) -> JSONResponse:
+        try:
+            report = await run_in_threadpool(verify_table, store, table_name)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        return JSONResponse(report)
 
     @app.post("/api/v1/sql")
     async def sql(body: SqlRequest) -> JSONResponse:

@@ -12,6 +12,7 @@ import logging
 import time
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
@@ -29,6 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from aiops.errors import DecodeError, PayloadTooLarge, StoreError, UnsupportedMediaType
 from aiops.store import Store
 from collectors.otlp.decode import decode
+from collectors.otlp.provenance import split_provenance
 
 __all__ = ["ReceiverMetrics", "make_router"]
 
@@ -118,7 +120,10 @@ def make_router(store: Store, max_body_bytes: int, metrics: ReceiverMetrics) -> 
             encoding = _encoding(request.headers.get("content-type"))
             body = await _read_body(request, max_body_bytes)
             tables = await run_in_threadpool(decode, signal, body, encoding)
-            written = await run_in_threadpool(store.append_many, tables)
+            chained: dict[str, list[dict[str, Any]]] = {}
+            if "logs" in tables:
+                tables["logs"], chained["provenance"] = split_provenance(tables["logs"])
+            written = await run_in_threadpool(store.append_many, tables, chained)
         except UnsupportedMediaType as exc:
             response = _status_response(415, _INVALID_ARGUMENT, str(exc), encoding)
         except DecodeError as exc:
@@ -132,6 +137,8 @@ def make_router(store: Store, max_body_bytes: int, metrics: ReceiverMetrics) -> 
         else:
             for name, t in tables.items():
                 metrics.rows.labels(name).inc(t.num_rows)
+            for name, entries in chained.items():
+                metrics.rows.labels(name).inc(len(entries))
             log.debug("OTLP %s: committed %d rows", signal, written)
             reply = _RESPONSES[signal]()
             if encoding == "protobuf":

@@ -60,6 +60,20 @@ def test_a_traced_chat_request_lands_in_duckdb_as_spans_logs_and_metrics(
         assert {"gen_ai.server.request.duration", "gen_ai.client.token.usage"} <= {
             r["name"] for r in labelled}
 
+        # ... and one hash-chained provenance entry naming what answered.
+        prov = client.rows("SELECT model, version, artifact_digest, input_hash, hardware, "
+                           "inference_id FROM provenance WHERE trace_id = ?", [trace_id])
+        assert len(prov) == 1 and prov[0]["model"] == MODEL and prov[0]["version"] == "v1"
+        assert prov[0]["inference_id"] == inference_id
+        assert all(prov[0][k].startswith("sha256:")
+                   for k in ("artifact_digest", "input_hash", "hardware"))
+        assert not client.rows("SELECT 1 FROM logs WHERE event_name = 'aiops.provenance'")
+
+
+def test_ledger_verify_through_the_server(running: Settings) -> None:
+    result = CliRunner().invoke(app, ["ledger", "verify"], env=_env(running))
+    assert result.exit_code == 0 and "chain intact" in result.output, result.output
+
 
 @pytest.mark.parametrize(("body", "status", "param"), [
     ({"model": MODEL, "messages": []}, 400, "messages"),
