@@ -195,7 +195,7 @@ def bench_ingest(
 @bench_app.command("serve")
 def bench_serve(
     latency_samples: Annotated[int, typer.Option(help="Requests per path.")] = 400,
-    chat_requests: Annotated[int, typer.Option(help="Chat requests per side.")] = 8,
+    chat_requests: Annotated[int, typer.Option(help="Chat requests per side.")] = 16,
     max_tokens: Annotated[int, typer.Option(help="max_tokens per chat request.")] = 96,
 ) -> None:
     """Tokens/s full stack vs in-process; latency added over a bare Serve deployment."""

@@ -153,3 +153,32 @@ def test_the_control_plane_wants_its_token(stack: Settings) -> None:
     with LifecycleClient(f"http://127.0.0.1:{stack.control_port}", "wrong") as bad, \
             pytest.raises(LifecycleError, match="401"):
         bad.status()
+
+
+def test_a_version_whose_outputs_drift_from_its_package_reference_never_serves(
+    stack: Settings, control: LifecycleClient, tmp_path: Path,
+) -> None:
+    from serve.backends.base import get_backend
+    from serve.gates import default_reference_inputs, reference_outputs
+    from serve.packages import generate_keys, pack
+
+    spec = next(s for s in load_specs(MODELS) if s.name == EMBED)
+    backend: Any = get_backend(spec.backend)(spec)
+    backend.start()
+    inputs = default_reference_inputs("embedding")
+    outputs = reference_outputs(backend, "embedding", inputs)
+    drifted = [[x + 1e-3 for x in v] for v in outputs]
+    private, _ = generate_keys(tmp_path / "keys")
+    bundle = pack(spec.artifact_path(), tmp_path / "pkg", name=EMBED, version="v2",
+                  backend=spec.backend, private_key=private,
+                  reference={"kind": "embedding", "inputs": inputs, "outputs": drifted})
+    before = control.status()["models"][EMBED]
+    specs = [s.model_dump(mode="json") for s in load_specs(MODELS)]
+    emb = next(s for s in specs if s["name"] == EMBED)
+    specs = [s for s in specs if s["name"] != EMBED] + [
+        {**emb, "traffic": 100},
+        {**emb, "version": "v2", "traffic": 0, "artifact": {"bundle": str(bundle)}}]
+    with pytest.raises(LifecycleError, match=r"422.*v2 failed its validation gate: numeric "
+                                             r"check failed: input 0: L2 distance"):
+        control.apply(specs)
+    assert control.status()["models"][EMBED] == before
