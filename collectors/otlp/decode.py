@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError as ProtobufDecodeError
@@ -52,8 +53,19 @@ def attributes(kvs: Any) -> dict[str, Any]:
     return {kv.key: any_value(kv.value) for kv in kvs}
 
 
+def _dumps(obj: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
 def _json(obj: Any) -> str | None:
-    return json.dumps(obj, separators=(",", ":")) if obj else None
+    return _dumps(obj) if obj else None
+
+
+def _attrs_json(kvs: Any) -> str | None:
+    # The hot path: one dict and one orjson call per record, nothing when empty.
+    if not kvs:
+        return None
+    return _dumps({kv.key: any_value(kv.value) for kv in kvs})
 
 
 def _ts(ns: int) -> int | None:
@@ -68,6 +80,26 @@ def _hex(raw: bytes, size: int, what: str, *, optional: bool = False) -> str | N
     return raw.hex()
 
 
+class _Columns:
+    """Column lists for one table, turned into one Arrow table at the end."""
+
+    def __init__(self, t: Table) -> None:
+        self.table = t
+        self.data: dict[str, list[Any]] = {name: [] for name in t.column_names}
+
+    def add(self, row: dict[str, Any]) -> None:
+        for name, values in self.data.items():
+            values.append(row.get(name))
+
+    def fill(self, values: dict[str, Any], n: int) -> None:
+        """Append ``n`` copies of per-resource/scope values (one list extend each)."""
+        for name, value in values.items():
+            self.data[name].extend([value] * n)
+
+    def to_arrow(self) -> pa.Table:
+        return pa.Table.from_pydict(self.data, schema=self.table.arrow_schema)
+
+
 def _resource_columns(resource: Any, scope: Any) -> dict[str, Any]:
     res = attributes(resource.attributes)
     return {
@@ -78,79 +110,80 @@ def _resource_columns(resource: Any, scope: Any) -> dict[str, Any]:
     }
 
 
-class _Columns:
-    """Column lists for one table, filled row by row and turned into one Arrow table."""
-
-    def __init__(self, t: Table) -> None:
-        self.table = t
-        self.data: dict[str, list[Any]] = {name: [] for name in t.column_names}
-
-    def add(self, row: dict[str, Any]) -> None:
-        for name, values in self.data.items():
-            values.append(row.get(name))
-
-    def to_arrow(self) -> pa.Table:
-        return pa.Table.from_pydict(self.data, schema=self.table.arrow_schema)
+_SPAN_KIND_NAMES = ("", "internal", "server", "client", "producer", "consumer")
+_STATUS_NAMES = ("unset", "ok", "error")
 
 
 def _spans(req: ExportTraceServiceRequest) -> dict[str, pa.Table]:
     out = _Columns(SPANS)
+    c = out.data
+    trace_id, span_id, parent, state = c["trace_id"], c["span_id"], c["parent_span_id"], \
+        c["trace_state"]
+    name, kind, start_col, end_col, dur = c["name"], c["kind"], c["start_time"], \
+        c["end_time"], c["duration_ns"]
+    status_code, status_msg, attrs_col = c["status_code"], c["status_message"], c["attributes"]
+    events_col, links_col, dropped = c["events"], c["links"], c["dropped_attributes_count"]
     for rs in req.resource_spans:
         for ss in rs.scope_spans:
-            common = _resource_columns(rs.resource, ss.scope)
+            out.fill(_resource_columns(rs.resource, ss.scope), len(ss.spans))
             for s in ss.spans:
+                tid, sid, pid = s.trace_id, s.span_id, s.parent_span_id
+                if len(tid) != 16:
+                    raise DecodeError(f"trace_id must be 16 bytes, got {len(tid)}")
+                if len(sid) != 8:
+                    raise DecodeError(f"span_id must be 8 bytes, got {len(sid)}")
+                if pid and len(pid) != 8:
+                    raise DecodeError(f"parent_span_id must be 8 bytes, got {len(pid)}")
                 start, end = s.start_time_unix_nano, s.end_time_unix_nano
                 if not start:
-                    raise DecodeError(f"span {s.span_id.hex()} has no start time")
-                out.add({
-                    **common,
-                    "trace_id": _hex(s.trace_id, 16, "trace_id"),
-                    "span_id": _hex(s.span_id, 8, "span_id"),
-                    "parent_span_id": _hex(s.parent_span_id, 8, "parent_span_id", optional=True),
-                    "trace_state": s.trace_state or None,
-                    "name": s.name,
-                    "kind": _SPAN_KINDS.get(s.kind),
-                    "start_time": start,
-                    "end_time": _ts(end),
-                    "duration_ns": end - start if end else None,
-                    "status_code": _STATUS.get(s.status.code),
-                    "status_message": s.status.message or None,
-                    "attributes": _json(attributes(s.attributes)),
-                    "events": _json([
-                        {"time": e.time_unix_nano, "name": e.name,
-                         "attributes": attributes(e.attributes)}
-                        for e in s.events
-                    ]),
-                    "links": _json([
-                        {"trace_id": ln.trace_id.hex(), "span_id": ln.span_id.hex(),
-                         "trace_state": ln.trace_state, "attributes": attributes(ln.attributes)}
-                        for ln in s.links
-                    ]),
-                    "dropped_attributes_count": s.dropped_attributes_count,
-                })
+                    raise DecodeError(f"span {sid.hex()} has no start time")
+                trace_id.append(tid.hex())
+                span_id.append(sid.hex())
+                parent.append(pid.hex() if pid else None)
+                state.append(s.trace_state or None)
+                name.append(s.name)
+                k = s.kind
+                kind.append(_SPAN_KIND_NAMES[k] or None if 0 <= k < 6 else None)
+                start_col.append(start)
+                end_col.append(end or None)
+                dur.append(end - start if end else None)
+                st = s.status
+                code = st.code
+                status_code.append(_STATUS_NAMES[code] if 0 <= code < 3 else None)
+                status_msg.append(st.message or None)
+                attrs_col.append(_attrs_json(s.attributes))
+                events_col.append(_dumps([
+                    {"time": e.time_unix_nano, "name": e.name,
+                     "attributes": attributes(e.attributes)} for e in s.events])
+                    if s.events else None)
+                links_col.append(_dumps([
+                    {"trace_id": ln.trace_id.hex(), "span_id": ln.span_id.hex(),
+                     "trace_state": ln.trace_state, "attributes": attributes(ln.attributes)}
+                    for ln in s.links]) if s.links else None)
+                dropped.append(s.dropped_attributes_count)
     return {SPANS.name: out.to_arrow()}
 
 
 def _logs(req: ExportLogsServiceRequest) -> dict[str, pa.Table]:
     out = _Columns(LOGS)
+    c = out.data
     for rl in req.resource_logs:
         for sl in rl.scope_logs:
-            common = _resource_columns(rl.resource, sl.scope)
+            out.fill(_resource_columns(rl.resource, sl.scope), len(sl.log_records))
             for r in sl.log_records:
                 body = any_value(r.body)
-                out.add({
-                    **common,
-                    "time": _ts(r.time_unix_nano or r.observed_time_unix_nano),
-                    "observed_time": _ts(r.observed_time_unix_nano),
-                    "trace_id": _hex(r.trace_id, 16, "trace_id", optional=True),
-                    "span_id": _hex(r.span_id, 8, "span_id", optional=True),
-                    "severity_number": r.severity_number or None,
-                    "severity_text": r.severity_text or None,
-                    "body": body if isinstance(body, str) or body is None else json.dumps(body),
-                    "event_name": getattr(r, "event_name", "") or None,
-                    "attributes": _json(attributes(r.attributes)),
-                    "flags": r.flags,
-                })
+                observed = r.observed_time_unix_nano
+                c["time"].append(_ts(r.time_unix_nano or observed))
+                c["observed_time"].append(_ts(observed))
+                c["trace_id"].append(_hex(r.trace_id, 16, "trace_id", optional=True))
+                c["span_id"].append(_hex(r.span_id, 8, "span_id", optional=True))
+                c["severity_number"].append(r.severity_number or None)
+                c["severity_text"].append(r.severity_text or None)
+                c["body"].append(body if isinstance(body, str) or body is None
+                                 else _dumps(body))
+                c["event_name"].append(getattr(r, "event_name", "") or None)
+                c["attributes"].append(_attrs_json(r.attributes))
+                c["flags"].append(r.flags)
     return {LOGS.name: out.to_arrow()}
 
 
