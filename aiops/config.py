@@ -53,6 +53,9 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest accepted OTLP request body, before and after gzip (HTTP 413 above).",
     )
+    ingest_memory_mb: int = Field(
+        256, ge=8, description="Memory for OTLP bodies and decoded batches in flight; beyond "
+        "it requests get a retryable 503 (Retry-After).")
     sql_row_limit: int = Field(
         10_000, ge=1, description="Most rows the read-only SQL endpoint returns for one query."
     )

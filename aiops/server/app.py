@@ -8,6 +8,8 @@ metrics), the OTLP/HTTP receiver (``/v1/traces|logs|metrics``) and the read-only
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,7 +17,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
 from pydantic import BaseModel, Field
 
 from aiops.config import Settings
@@ -23,6 +31,7 @@ from aiops.errors import AIOpsError, QueryRejected, StoreError
 from aiops.ledger import verify_table
 from aiops.store import Store
 from collectors.otlp.receiver import ReceiverMetrics, make_router
+from collectors.otlp.writer import BatchWriter, MemoryBudget
 
 __all__ = ["SqlRequest", "create_app"]
 
@@ -44,8 +53,23 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
     receiver_metrics = ReceiverMetrics.create(registry)
     sql_queries = Counter("aiops_sql_queries", "Read-only SQL queries by outcome", ["outcome"],
                           registry=registry)
-    app = FastAPI(title="aiops server", version="0.1.0")
-    app.include_router(make_router(store, settings.max_body_bytes, receiver_metrics))
+    writer = BatchWriter(store)
+    budget = MemoryBudget(settings.ingest_memory_mb * 2**20)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        writer.close()  # commit what is queued before the store closes
+
+    app = FastAPI(title="aiops server", version="0.1.0", lifespan=lifespan)
+    app.state.writer, app.state.budget = writer, budget
+    app.include_router(make_router(writer, budget, settings.max_body_bytes, receiver_metrics))
+    Gauge("aiops_ingest_buffer_bytes", "Bytes of request bodies and decoded batches in "
+          "flight", registry=registry).set_function(lambda: budget.used)
+    Gauge("aiops_ingest_buffer_peak_bytes", "Most bytes ever in flight",
+          registry=registry).set_function(lambda: budget.peak)
+    Gauge("aiops_ingest_group_commits", "Group commits so far",
+          registry=registry).set_function(lambda: writer.commits)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

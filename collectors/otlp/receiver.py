@@ -28,9 +28,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from aiops.errors import DecodeError, PayloadTooLarge, StoreError, UnsupportedMediaType
-from aiops.store import Store
 from collectors.otlp.decode import decode
 from collectors.otlp.provenance import split_provenance
+from collectors.otlp.writer import BatchWriter, MemoryBudget, Overloaded
 
 __all__ = ["ReceiverMetrics", "make_router"]
 
@@ -110,20 +110,35 @@ def _status_response(code: int, grpc_code: int, message: str, encoding: str) -> 
                     media_type="application/json")
 
 
-def make_router(store: Store, max_body_bytes: int, metrics: ReceiverMetrics) -> APIRouter:
+def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
+                metrics: ReceiverMetrics) -> APIRouter:
     router = APIRouter()
 
     async def ingest(signal: str, request: Request) -> Response:
         started = time.perf_counter()
         encoding = "json"
+        held = 0
         try:
             encoding = _encoding(request.headers.get("content-type"))
+            declared = request.headers.get("content-length", "")
+            # Reserve before reading: the body, then about as much again once decoded.
+            want = 2 * min(int(declared) if declared.isdigit() else max_body_bytes,
+                           max_body_bytes)
+            budget.acquire(want)
+            held = want
             body = await _read_body(request, max_body_bytes)
+            if 2 * len(body) > held:  # gzip expanded it
+                budget.acquire(2 * len(body) - held)
+                held = 2 * len(body)
             tables = await run_in_threadpool(decode, signal, body, encoding)
+            del body
             chained: dict[str, list[dict[str, Any]]] = {}
             if "logs" in tables:
                 tables["logs"], chained["provenance"] = split_provenance(tables["logs"])
-            written = await run_in_threadpool(store.append_many, tables, chained)
+            written = await writer.submit(tables, chained)
+        except Overloaded as exc:
+            response = _status_response(503, _UNAVAILABLE, str(exc), encoding)
+            response.headers["Retry-After"] = "1"
         except UnsupportedMediaType as exc:
             response = _status_response(415, _INVALID_ARGUMENT, str(exc), encoding)
         except DecodeError as exc:
@@ -146,6 +161,9 @@ def make_router(store: Store, max_body_bytes: int, metrics: ReceiverMetrics) -> 
             else:
                 response = Response(json_format.MessageToJson(reply),
                                     media_type="application/json")
+        finally:
+            if held:
+                budget.release(held)
         metrics.requests.labels(signal, str(response.status_code)).inc()
         metrics.seconds.labels(signal).observe(time.perf_counter() - started)
         return response

@@ -1,0 +1,153 @@
+"""Group commit and a memory budget for ingest.
+
+Requests decode on their own and hand their Arrow tables to one committer thread, which merges
+everything pending into one transaction (bounded in rows, so readers are never held up long)
+and then answers every request in it. A request is acknowledged only after its commit, so a
+2xx means the rows are in DuckDB (and in its WAL on disk): a SIGKILL loses nothing
+acknowledged.
+
+The budget bounds the bytes of request bodies and decoded tables in flight; a request that
+does not fit gets a retryable 503 before its body is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from aiops.errors import AIOpsError
+from aiops.store import Store
+
+__all__ = ["BatchWriter", "MemoryBudget", "Overloaded"]
+
+log = logging.getLogger(__name__)
+
+
+class Overloaded(AIOpsError):
+    """Ingest is over its memory budget; retry later."""
+
+
+class MemoryBudget:
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit = limit_bytes
+        self.used = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def acquire(self, n: int) -> None:
+        with self._lock:
+            # One request alone may always proceed, so a large body is never refused forever.
+            if self.used and self.used + n > self.limit:
+                raise Overloaded(f"ingest buffers are full ({self.used >> 20} MiB of "
+                                 f"{self.limit >> 20} MiB in use); retry later")
+            self.used += n
+            self.peak = max(self.peak, self.used)
+
+    def release(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
+
+
+@dataclass
+class _Pending:
+    tables: dict[str, pa.Table]
+    chained: dict[str, list[dict[str, Any]]]
+    done: asyncio.Future[int]
+    loop: asyncio.AbstractEventLoop
+    rows: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rows = sum(t.num_rows for t in self.tables.values()) + sum(
+            len(v) for v in self.chained.values())
+
+
+class BatchWriter:
+    def __init__(self, store: Store, max_batch_rows: int = 200_000,
+                 max_delay_s: float = 0.002) -> None:
+        self.store = store
+        self.max_batch_rows = max_batch_rows
+        self.max_delay_s = max_delay_s
+        self.commits = 0
+        self._queue: list[_Pending] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="otlp-committer", daemon=True)
+        self._thread.start()
+
+    async def submit(self, tables: dict[str, pa.Table],
+                     chained: dict[str, list[dict[str, Any]]] | None = None) -> int:
+        """Queue rows for the next group commit; return once they are committed."""
+        loop = asyncio.get_running_loop()
+        item = _Pending(tables, chained or {}, loop.create_future(), loop)
+        if not item.rows:
+            return 0
+        with self._cond:
+            if self._stopping:
+                raise Overloaded("the server is shutting down")
+            self._queue.append(item)
+            self._cond.notify()
+        return await item.done
+
+    def _take(self) -> list[_Pending]:
+        with self._cond:
+            while not self._queue and not self._stopping:
+                self._cond.wait()
+            if not self._queue:
+                return []
+            # Let concurrent requests join this commit, briefly.
+            if self.max_delay_s and sum(p.rows for p in self._queue) < self.max_batch_rows:
+                self._cond.wait(self.max_delay_s)
+            batch: list[_Pending] = []
+            rows = 0
+            while self._queue and (not batch or rows + self._queue[0].rows
+                                   <= self.max_batch_rows):
+                item = self._queue.pop(0)
+                batch.append(item)
+                rows += item.rows
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take()
+            if not batch:
+                return
+            tables: dict[str, list[pa.Table]] = defaultdict(list)
+            chained: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for p in batch:
+                for name, t in p.tables.items():
+                    if t.num_rows:
+                        tables[name].append(t)
+                for name, entries in p.chained.items():
+                    chained[name].extend(entries)
+            try:
+                self.store.append_many({n: pa.concat_tables(ts) for n, ts in tables.items()},
+                                       dict(chained))
+                self.commits += 1
+                error: BaseException | None = None
+            except Exception as exc:  # noqa: BLE001 - every waiter must get an answer
+                log.error("group commit of %d requests failed: %s", len(batch), exc)
+                error = exc
+            for p in batch:
+                p.loop.call_soon_threadsafe(_resolve, p.done, p.rows, error)
+
+    def close(self) -> None:
+        """Commit what is queued, then stop."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout=60)
+
+
+def _resolve(fut: asyncio.Future[int], rows: int, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(rows)
