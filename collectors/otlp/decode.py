@@ -315,8 +315,8 @@ def decode(signal: str, body: bytes, encoding: str) -> dict[str, pa.Table]:
                 from exc
     elif encoding == "json":
         try:
-            doc = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            doc = orjson.loads(body)  # also bounds nesting depth (1024)
+        except orjson.JSONDecodeError as exc:
             raise DecodeError(f"body is not valid JSON: {exc}") from exc
         if not isinstance(doc, dict):
             raise DecodeError("OTLP/JSON body must be a JSON object")
@@ -324,10 +324,14 @@ def decode(signal: str, body: bytes, encoding: str) -> dict[str, pa.Table]:
             json_format.ParseDict(_hex_ids_to_base64(doc), msg, ignore_unknown_fields=True)
         except json_format.ParseError as exc:
             raise DecodeError(f"body is not a valid OTLP {signal} JSON message: {exc}") from exc
+        except RecursionError as exc:
+            raise DecodeError("OTLP/JSON body is nested too deeply") from exc
     else:
         raise ValueError(f"unknown encoding {encoding!r}")
     try:
         return sig.convert(msg)
+    except RecursionError as exc:
+        raise DecodeError(f"OTLP {signal} request nests values too deeply") from exc
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
         raise DecodeError(f"OTLP {signal} request has out-of-range values: {exc}") from exc
 
