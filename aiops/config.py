@@ -56,6 +56,13 @@ class Settings(BaseSettings):
     ingest_memory_mb: int = Field(
         256, ge=8, description="Memory for OTLP bodies and decoded batches in flight; beyond "
         "it requests get a retryable 503 (Retry-After).")
+    scrape_targets: str = Field(
+        "ray", description="Prometheus targets the server scrapes: `job=url,...`; `ray` means "
+        "the local Ray instance's metrics endpoint; empty disables scraping.")
+    scrape_interval_s: float = Field(10.0, gt=0, description="Seconds between scrapes.")
+    ray_metrics_port: int = Field(
+        8090, ge=1, le=65535, description="Port Ray exports its (and Serve's) Prometheus "
+        "metrics on.")
     sql_row_limit: int = Field(
         10_000, ge=1, description="Most rows the read-only SQL endpoint returns for one query."
     )

@@ -165,7 +165,8 @@ def run(settings: Settings, stop: threading.Event) -> None:
                                               attrs.SERVE_APP: APP_NAME}, component="driver")
     # address="local" always starts a new instance, never joins someone else's cluster.
     ray.init(address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False,
-             logging_level=logging.WARNING, namespace=APP_NAME)
+             logging_level=logging.WARNING, namespace=APP_NAME,
+             _metrics_export_port=settings.ray_metrics_port)
     admin: uvicorn.Server | None = None
     try:
         client = serve_start(http_options={"host": settings.serve_host,

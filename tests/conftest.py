@@ -29,7 +29,7 @@ def free_port() -> int:
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return load_settings(data_dir=tmp_path / "data", server_port=free_port(),
-                         serve_port=free_port(), control_port=free_port())
+                         serve_port=free_port(), control_port=free_port(), scrape_targets="")
 
 
 @pytest.fixture
@@ -75,7 +75,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     aiops server + local Ray + Serve with the models of tests/models-test.yaml."""
     data_dir = tmp_path_factory.mktemp("stack")
     s = Settings(data_dir=data_dir, server_port=free_port(), serve_port=free_port(),
-                 control_port=free_port(), models_file=TEST_MODELS)
+                 control_port=free_port(), ray_metrics_port=free_port(),
+                 scrape_interval_s=2, models_file=TEST_MODELS)
     env = settings_env(s)
     result = CliRunner().invoke(cli_app, ["up"], env=env)
     assert result.exit_code == 0, result.output

@@ -32,6 +32,7 @@ from aiops.ledger import verify_table
 from aiops.store import Store
 from collectors.otlp.receiver import ReceiverMetrics, make_router
 from collectors.otlp.writer import BatchWriter, MemoryBudget
+from collectors.prometheus import Scraper, parse_targets
 
 __all__ = ["SqlRequest", "create_app"]
 
@@ -56,9 +57,18 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
     writer = BatchWriter(store)
     budget = MemoryBudget(settings.ingest_memory_mb * 2**20)
 
+    targets = (parse_targets(f"ray=http://127.0.0.1:{settings.ray_metrics_port}/metrics")
+               if settings.scrape_targets == "ray" else parse_targets(settings.scrape_targets))
+    scraper = Scraper(targets, settings.scrape_interval_s,
+                      lambda t: store.append("metric_points", t)) if targets else None
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if scraper is not None:
+            scraper.start()
         yield
+        if scraper is not None:
+            scraper.close()
         writer.close()  # commit what is queued before the store closes
 
     app = FastAPI(title="aiops server", version="0.1.0", lifespan=lifespan)

@@ -121,3 +121,17 @@ def test_the_server_keeps_ingesting_after_the_model_answers(running: Settings) -
         time.sleep(2.5)
         after = client.rows("SELECT count(*) AS n FROM metric_points")[0]["n"]
     assert after > before
+
+
+def test_ray_and_serve_metrics_are_scraped_into_duckdb(running: Settings) -> None:
+    with ServerClient(running.server_url) as client:
+        deadline = time.monotonic() + 40
+        names: set[str] = set()
+        while time.monotonic() < deadline and not any(n.startswith("ray_serve_") for n in names):
+            names = {r["name"] for r in client.rows(
+                "SELECT DISTINCT name FROM metric_points WHERE service_name = 'ray'")}
+            time.sleep(1)
+        up = client.rows("SELECT max(value) AS up FROM metric_points WHERE name = 'up' "
+                         "AND service_name = 'ray'")
+    assert any(n.startswith("ray_serve_") for n in names), sorted(names)[:20]
+    assert up[0]["up"] == 1.0

@@ -33,7 +33,8 @@ EMBED = "minilm-l6-v2"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     s = Settings(data_dir=tmp_path_factory.mktemp("lifecycle"), server_port=free_port(),
-                 serve_port=free_port(), control_port=free_port(), models_file=MODELS)
+                 serve_port=free_port(), control_port=free_port(),
+                 ray_metrics_port=free_port(), models_file=MODELS)
     result = CliRunner().invoke(cli_app, ["up"], env=settings_env(s))
     assert result.exit_code == 0, result.output
     components = read_state(s)

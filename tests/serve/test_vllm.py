@@ -37,7 +37,8 @@ def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
             pytest.fail(f"{VLLM_PYTHON} is missing: `make vllm-env` should have built it")
         pytest.skip("no .venv-vllm (build it with `make vllm-env`)")
     s = Settings(data_dir=tmp_path_factory.mktemp("vllm"), server_port=free_port(),
-                 serve_port=free_port(), control_port=free_port(), models_file=MODELS,
+                 serve_port=free_port(), control_port=free_port(),
+                 ray_metrics_port=free_port(), models_file=MODELS,
                  startup_timeout_s=600)
     result = CliRunner().invoke(cli_app, ["up"], env=settings_env(s))
     assert result.exit_code == 0, result.output
