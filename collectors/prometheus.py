@@ -136,7 +136,7 @@ class Scraper:
     ``sink`` (the server's group-commit writer)."""
 
     def __init__(self, targets: list[Target], interval_s: float,
-                 sink: Callable[[pa.Table], None], timeout_s: float = 5.0,
+                 sink: Callable[[pa.Table], object], timeout_s: float = 5.0,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.targets = targets
         self.interval_s = interval_s
