@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     ray_metrics_port: int = Field(
         8090, ge=1, le=65535, description="Port Ray exports its (and Serve's) Prometheus "
         "metrics on.")
+    retention_hours: float = Field(
+        168.0, ge=0, description="Rows of spans, logs, metric points and eBPF samples older "
+        "than this move to Parquet under `<data_dir>/archive` (queryable as `<table>_all`); "
+        "0 keeps everything in DuckDB.")
+    retention_interval_s: float = Field(300.0, gt=0, description="Seconds between retention "
+                                        "runs.")
     sql_row_limit: int = Field(
         10_000, ge=1, description="Most rows the read-only SQL endpoint returns for one query."
     )

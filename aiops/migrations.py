@@ -37,9 +37,15 @@ def _provenance(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute(PROVENANCE.ddl())
 
 
+def _retention(conn: duckdb.DuckDBPyConnection) -> None:
+    conn.execute("CREATE TABLE IF NOT EXISTS retention_runs (table_name VARCHAR, "
+                 "cutoff TIMESTAMP_NS, file VARCHAR, rows BIGINT, archived_at TIMESTAMP)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create telemetry tables", _create_tables),
     Migration(2, "provenance hash chain", _provenance),
+    Migration(3, "retention bookkeeping", _retention),
 )
 
 

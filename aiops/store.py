@@ -8,6 +8,7 @@ own cursors so they run beside ingest.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from aiops.ledger import GENESIS, Anchor, canonical, link
 from aiops.migrations import apply_migrations
 from aiops.schema import Table, table
 
-__all__ = ["QueryResult", "Store"]
+__all__ = ["TIME_SERIES_TABLES", "QueryResult", "Store"]
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,15 @@ class Store:
         self._write_lock = threading.Lock()
         self.schema_version = apply_migrations(self._conn)
         # Queries come from HTTP clients: no SQL may read or write files outside the database
-        # (read_csv('/etc/...'), COPY, ATTACH, extensions), and nothing may switch that back on.
+        # (read_csv('/etc/...'), COPY, ATTACH, extensions) except the Parquet archive of
+        # retention, and nothing may switch that back on.
+        self.archive_dir = (path.parent / "archive") if path is not None else None
+        if self.archive_dir is not None:
+            self.archive_dir.mkdir(parents=True, exist_ok=True)
+            self._conn.execute("SET allowed_directories = [?]", [str(self.archive_dir)])
         self._conn.execute("SET enable_external_access = false")
         self._conn.execute("SET lock_configuration = true")
+        self._refresh_archive_views()
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -103,6 +110,67 @@ class Store:
                 if anchor is not None:
                     anchor.write(*head)
         return sum(b.num_rows for _, b in prepared)
+
+    # -- retention -------------------------------------------------------------------------
+
+    def archive(self, table_name: str, cutoff_ns: int) -> int:
+        """Move rows of ``table_name`` older than ``cutoff_ns`` to a Parquet file in the
+        archive (queryable through the view ``<table>_all``); return how many moved.
+
+        The file is written first and recorded, with the delete, in one transaction: a crash
+        in between leaves a file no run recorded, which the next run removes.
+        """
+        t = table(table_name)
+        column = _TIME_COLUMNS[t.name]
+        if self.archive_dir is None:
+            raise StoreError("an in-memory store has no archive")
+        folder = self.archive_dir / t.name
+        folder.mkdir(exist_ok=True)
+        with self._write_lock:
+            self._drop_unrecorded(folder)
+            cur = self._conn.cursor()
+            try:
+                where = f"{column} < make_timestamp_ns(?)"
+                (n,) = cur.execute(f"SELECT count(*) FROM {t.name} WHERE {where}",
+                                   [cutoff_ns]).fetchone() or (0,)
+                if not n:
+                    return 0
+                path = folder / f"{t.name}-until-{cutoff_ns}.parquet"
+                cur.execute(f"COPY (SELECT * FROM {t.name} WHERE {where} ORDER BY {column}) "
+                            f"TO '{path}' (FORMAT parquet, COMPRESSION zstd)", [cutoff_ns])
+                cur.execute("BEGIN TRANSACTION")
+                cur.execute(f"DELETE FROM {t.name} WHERE {where}", [cutoff_ns])
+                cur.execute("INSERT INTO retention_runs VALUES (?, make_timestamp_ns(?), ?, ?, "
+                            "now())", [t.name, cutoff_ns, path.name, n])
+                cur.execute("COMMIT")
+            except duckdb.Error as exc:
+                with contextlib.suppress(duckdb.Error):
+                    cur.execute("ROLLBACK")
+                raise StoreError(f"archiving {t.name} failed: {exc}") from exc
+            finally:
+                cur.close()
+            self._refresh_archive_views()
+        log.info("archived %d rows of %s older than %d", n, t.name, cutoff_ns)
+        return int(n)
+
+    def _drop_unrecorded(self, folder: Path) -> None:
+        recorded = {r[0] for r in self._conn.execute(
+            "SELECT file FROM retention_runs WHERE table_name = ?", [folder.name]).fetchall()}
+        for f in folder.glob("*.parquet"):
+            if f.name not in recorded:
+                log.warning("removing %s: its archive run never committed", f)
+                f.unlink()
+
+    def _refresh_archive_views(self) -> None:
+        """``<table>_all``: live rows plus the archived ones, for every time-series table."""
+        for name in _TIME_COLUMNS:
+            folder = self.archive_dir / name if self.archive_dir is not None else None
+            if folder is not None and any(True for _ in folder.glob("*.parquet")):
+                source = (f"SELECT * FROM {name} UNION ALL BY NAME SELECT * FROM read_parquet("
+                          f"'{folder}/*.parquet', union_by_name = true)")
+            else:
+                source = f"SELECT * FROM {name}"
+            self._conn.execute(f"CREATE OR REPLACE VIEW {name}_all AS {source}")
 
     def anchor(self, table_name: str) -> Anchor | None:
         """Where the head of a hash-chained table is kept, outside the database."""
@@ -182,6 +250,12 @@ class Store:
         kind = statements[0].type
         if kind not in _READ_TYPES:
             raise QueryRejected(f"only SELECT queries are allowed here, not {kind.name}")
+
+
+# Time-series tables and the column retention ages them by.
+_TIME_COLUMNS = {"spans": "start_time", "logs": "time", "metric_points": "time",
+                 "ebpf_samples": "time"}
+TIME_SERIES_TABLES = tuple(_TIME_COLUMNS)
 
 
 def _link_entries(t: Table, entries: list[dict[str, Any]], seq: int, prev: str

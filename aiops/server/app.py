@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from aiops.config import Settings
 from aiops.errors import AIOpsError, QueryRejected, StoreError
 from aiops.ledger import verify_table
+from aiops.retention import Retention
 from aiops.store import Store
 from collectors.otlp.receiver import ReceiverMetrics, make_router
 from collectors.otlp.writer import BatchWriter, MemoryBudget
@@ -62,11 +63,18 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
     scraper = Scraper(targets, settings.scrape_interval_s,
                       lambda t: store.append("metric_points", t)) if targets else None
 
+    retention = Retention(store, settings.retention_hours, settings.retention_interval_s) \
+        if settings.retention_hours else None
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if scraper is not None:
             scraper.start()
+        if retention is not None:
+            retention.start()
         yield
+        if retention is not None:
+            retention.close()
         if scraper is not None:
             scraper.close()
         writer.close()  # commit what is queued before the store closes
