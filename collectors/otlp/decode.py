@@ -27,7 +27,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from aiops.errors import DecodeError
 from aiops.schema import LOGS, METRIC_POINTS, SPANS, Table
 
-__all__ = ["SIGNALS", "Signal", "decode"]
+__all__ = ["SIGNALS", "Decoded", "Signal", "decode"]
 
 _SPAN_KINDS = {0: None, 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 _STATUS = {0: "unset", 1: "ok", 2: "error"}
@@ -80,6 +80,52 @@ def _hex(raw: bytes, size: int, what: str, *, optional: bool = False) -> str | N
     return raw.hex()
 
 
+class Decoded(dict[str, pa.Table]):
+    """Tables by name, plus the records rejected on the way (OTLP partial success)."""
+
+    def __init__(self, tables: dict[str, pa.Table], rejected: int = 0,
+                 message: str | None = None) -> None:
+        super().__init__(tables)
+        self.rejected = rejected
+        self.message = message
+
+
+class _Rejections:
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: str | None = None
+
+    def add(self, message: str) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = message
+
+
+def _span_ok(s: Any, rej: _Rejections) -> bool:
+    tid, sid, pid = s.trace_id, s.span_id, s.parent_span_id
+    if len(tid) != 16:
+        rej.add(f"trace_id must be 16 bytes, got {len(tid)}")
+    elif len(sid) != 8:
+        rej.add(f"span_id must be 8 bytes, got {len(sid)}")
+    elif pid and len(pid) != 8:
+        rej.add(f"parent_span_id must be 8 bytes, got {len(pid)}")
+    elif not s.start_time_unix_nano:
+        rej.add(f"span {sid.hex()} has no start time")
+    else:
+        return True
+    return False
+
+
+def _log_ok(r: Any, rej: _Rejections) -> bool:
+    if r.trace_id and len(r.trace_id) != 16:
+        rej.add(f"trace_id must be 16 bytes, got {len(r.trace_id)}")
+    elif r.span_id and len(r.span_id) != 8:
+        rej.add(f"span_id must be 8 bytes, got {len(r.span_id)}")
+    else:
+        return True
+    return False
+
+
 class _Columns:
     """Column lists for one table, turned into one Arrow table at the end."""
 
@@ -114,7 +160,7 @@ _SPAN_KIND_NAMES = ("", "internal", "server", "client", "producer", "consumer")
 _STATUS_NAMES = ("unset", "ok", "error")
 
 
-def _spans(req: ExportTraceServiceRequest) -> dict[str, pa.Table]:
+def _spans(req: ExportTraceServiceRequest, rej: _Rejections) -> dict[str, pa.Table]:
     out = _Columns(SPANS)
     c = out.data
     trace_id, span_id, parent, state = c["trace_id"], c["span_id"], c["parent_span_id"], \
@@ -125,18 +171,11 @@ def _spans(req: ExportTraceServiceRequest) -> dict[str, pa.Table]:
     events_col, links_col, dropped = c["events"], c["links"], c["dropped_attributes_count"]
     for rs in req.resource_spans:
         for ss in rs.scope_spans:
-            out.fill(_resource_columns(rs.resource, ss.scope), len(ss.spans))
-            for s in ss.spans:
+            valid = [s for s in ss.spans if _span_ok(s, rej)]
+            out.fill(_resource_columns(rs.resource, ss.scope), len(valid))
+            for s in valid:
                 tid, sid, pid = s.trace_id, s.span_id, s.parent_span_id
-                if len(tid) != 16:
-                    raise DecodeError(f"trace_id must be 16 bytes, got {len(tid)}")
-                if len(sid) != 8:
-                    raise DecodeError(f"span_id must be 8 bytes, got {len(sid)}")
-                if pid and len(pid) != 8:
-                    raise DecodeError(f"parent_span_id must be 8 bytes, got {len(pid)}")
                 start, end = s.start_time_unix_nano, s.end_time_unix_nano
-                if not start:
-                    raise DecodeError(f"span {sid.hex()} has no start time")
                 trace_id.append(tid.hex())
                 span_id.append(sid.hex())
                 parent.append(pid.hex() if pid else None)
@@ -164,13 +203,14 @@ def _spans(req: ExportTraceServiceRequest) -> dict[str, pa.Table]:
     return {SPANS.name: out.to_arrow()}
 
 
-def _logs(req: ExportLogsServiceRequest) -> dict[str, pa.Table]:
+def _logs(req: ExportLogsServiceRequest, rej: _Rejections) -> dict[str, pa.Table]:
     out = _Columns(LOGS)
     c = out.data
     for rl in req.resource_logs:
         for sl in rl.scope_logs:
-            out.fill(_resource_columns(rl.resource, sl.scope), len(sl.log_records))
-            for r in sl.log_records:
+            valid = [r for r in sl.log_records if _log_ok(r, rej)]
+            out.fill(_resource_columns(rl.resource, sl.scope), len(valid))
+            for r in valid:
                 body = any_value(r.body)
                 observed = r.observed_time_unix_nano
                 c["time"].append(_ts(r.time_unix_nano or observed))
@@ -197,8 +237,8 @@ def _exemplars(points: Any) -> str | None:
     ])
 
 
-def _metrics(req: ExportMetricsServiceRequest) -> dict[str, pa.Table]:
-    out = _Columns(METRIC_POINTS)
+def _metrics(req: ExportMetricsServiceRequest, rej: _Rejections) -> dict[str, pa.Table]:
+    out = _Checked(METRIC_POINTS, rej)
     for rm in req.resource_metrics:
         for sm in rm.scope_metrics:
             common = _resource_columns(rm.resource, sm.scope)
@@ -255,8 +295,6 @@ def _metrics(req: ExportMetricsServiceRequest) -> dict[str, pa.Table]:
 
 
 def _point(p: Any) -> dict[str, Any]:
-    if not p.time_unix_nano:
-        raise DecodeError("metric data point has no time_unix_nano")
     return {
         "time": p.time_unix_nano,
         "start_time": _ts(p.start_time_unix_nano),
@@ -265,11 +303,26 @@ def _point(p: Any) -> dict[str, Any]:
     }
 
 
+class _Checked(_Columns):
+    """Metric point columns that reject points without a time instead of storing them."""
+
+    def __init__(self, t: Table, rej: _Rejections) -> None:
+        super().__init__(t)
+        self.rej = rej
+
+    def add(self, row: dict[str, Any]) -> None:
+        if not row.get("time"):
+            self.rej.add(f"data point of {row.get('name')} has no time_unix_nano")
+            return
+        super().add(row)
+
+
 class Signal:
     """One OTLP signal: its request type and how it becomes tables."""
 
     def __init__(
-        self, name: str, request: type[Message], convert: Callable[[Any], dict[str, pa.Table]]
+        self, name: str, request: type[Message],
+        convert: Callable[[Any, _Rejections], dict[str, pa.Table]]
     ) -> None:
         self.name = name
         self.request = request
@@ -300,10 +353,12 @@ def _hex_ids_to_base64(node: Any) -> Any:
     return node
 
 
-def decode(signal: str, body: bytes, encoding: str) -> dict[str, pa.Table]:
+def decode(signal: str, body: bytes, encoding: str) -> Decoded:
     """Decode one request body of ``signal`` ('traces', 'logs', 'metrics').
 
-    ``encoding`` is 'protobuf' or 'json'. Returns Arrow tables keyed by table name.
+    ``encoding`` is 'protobuf' or 'json'. Returns Arrow tables keyed by table name; invalid
+    records (bad ids, no time) are left out and counted in ``rejected`` (OTLP partial success).
+    A body that is malformed as a whole, or whose every record is invalid, is a DecodeError.
     """
     sig = SIGNALS[signal]
     msg = sig.request()
@@ -328,10 +383,14 @@ def decode(signal: str, body: bytes, encoding: str) -> dict[str, pa.Table]:
             raise DecodeError("OTLP/JSON body is nested too deeply") from exc
     else:
         raise ValueError(f"unknown encoding {encoding!r}")
+    rej = _Rejections()
     try:
-        return sig.convert(msg)
+        tables = sig.convert(msg, rej)
     except RecursionError as exc:
         raise DecodeError(f"OTLP {signal} request nests values too deeply") from exc
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
         raise DecodeError(f"OTLP {signal} request has out-of-range values: {exc}") from exc
+    if rej.count and not any(t.num_rows for t in tables.values()):
+        raise DecodeError(f"every record was rejected ({rej.count}): {rej.first}")
+    return Decoded(tables, rej.count, rej.first)
 

@@ -51,6 +51,7 @@ class ReceiverMetrics:
     requests: Counter
     rows: Counter
     seconds: Histogram
+    rejected: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> ReceiverMetrics:
@@ -61,6 +62,8 @@ class ReceiverMetrics:
                          registry=registry),
             seconds=Histogram("aiops_otlp_request_seconds", "Time to decode and commit one "
                               "OTLP request", ["signal"], registry=registry),
+            rejected=Counter("aiops_otlp_rejected_records", "Records left out of accepted "
+                             "requests (partial success)", ["signal"], registry=registry),
         )
 
 
@@ -156,6 +159,13 @@ def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
                 metrics.rows.labels(name).inc(len(entries))
             log.debug("OTLP %s: committed %d rows", signal, written)
             reply = _RESPONSES[signal]()
+            if tables.rejected:
+                # OTLP partial success: the rest is committed; say what was not, and why.
+                field = {"traces": "rejected_spans", "logs": "rejected_log_records",
+                         "metrics": "rejected_data_points"}[signal]
+                setattr(reply.partial_success, field, tables.rejected)
+                reply.partial_success.error_message = tables.message or ""
+                metrics.rejected.labels(signal).inc(tables.rejected)
             if encoding == "protobuf":
                 response = Response(reply.SerializeToString(), media_type="application/x-protobuf")
             else:

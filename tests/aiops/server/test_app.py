@@ -199,3 +199,18 @@ def test_own_metrics_count_requests_and_rows(server: RunningServer) -> None:
     assert 'aiops_otlp_requests_total{code="200",signal="traces"} 1.0' in text
     assert 'aiops_otlp_requests_total{code="415",signal="traces"} 1.0' in text
     assert 'aiops_otlp_rows_total{table="spans"} 1.0' in text
+
+
+def test_a_partly_invalid_request_commits_the_rest_and_says_what_was_rejected(
+    server: RunningServer,
+) -> None:
+    good = OTLP_JSON_TRACE["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    bad = {**good, "traceId": "abcd", "spanId": "eee19b7ec3c1b175"}
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [good, bad]}]}]}
+    resp = httpx.post(f"{server.url}/v1/traces", json=body)
+    assert resp.status_code == 200
+    assert resp.json() == {"partialSuccess": {
+        "rejectedSpans": "1", "errorMessage": "trace_id must be 16 bytes, got 2"}}
+    assert server.store.count("spans") == 1
+    assert 'aiops_otlp_rejected_records_total{signal="traces"} 1.0' in \
+        httpx.get(f"{server.url}/metrics").text
