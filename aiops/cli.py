@@ -183,7 +183,10 @@ def bench_ingest(
 
     r = run_ingest(requests, spans_per_request, rounds, clients)
     t = Table("figure", "value", title=f"ingest: {r.spans:,} spans, {clients} clients")
-    t.add_row("OTLP/HTTP protobuf -> DuckDB (spans/s)", f"{r.http_spans_per_s:,.0f}")
+    core = " (server on 1 core)" if r.pinned else ""
+    t.add_row(f"OTLP/HTTP protobuf spans -> DuckDB (spans/s){core}", f"{r.http_spans_per_s:,.0f}")
+    t.add_row(f"OTLP/HTTP protobuf logs -> DuckDB (records/s){core}",
+              f"{r.http_logs_per_s:,.0f}")
     t.add_row("server peak RSS (MiB)", f"{r.server_peak_rss_mib:,.0f}")
     t.add_row("store: Arrow batch append (rows/s)", f"{r.arrow_append_rows_per_s:,.0f}")
     t.add_row("peer: DuckDB executemany (rows/s)", f"{r.executemany_rows_per_s:,.0f}")

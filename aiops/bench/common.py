@@ -38,13 +38,17 @@ def percentile(values: list[float], q: float) -> float:
 
 
 @contextmanager
-def running_server(workdir: Path) -> Iterator[tuple[Settings, int]]:
-    """``aiops server`` in a subprocess on a free port, with its DuckDB under ``workdir``."""
+def running_server(workdir: Path, cpu: int | None = None) -> Iterator[tuple[Settings, int]]:
+    """``aiops server`` in a subprocess on a free port, with its DuckDB under ``workdir``;
+    pinned to one CPU core when ``cpu`` is given (and the machine has it)."""
     settings = load_settings(data_dir=workdir / "server", server_port=free_port(),
-                             log_level="WARNING")
+                             log_level="WARNING", scrape_targets="")
     env = {**os.environ, **settings_env(settings)}
+    core = cpu if cpu is not None and cpu < (os.cpu_count() or 1) else None
     proc = subprocess.Popen([sys.executable, "-m", "aiops", "server"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, {core}))
+                            if core is not None else None)
     try:
         deadline = time.monotonic() + 60
         while True:
