@@ -115,7 +115,10 @@ OTLP_JSON_TRACE = {
                 "startTimeUnixNano": "1544712660000000000",
                 "endTimeUnixNano": "1544712661000000000",
                 "kind": 2,
+                "traceState": "vendor=a",
                 "attributes": [{"key": "my.span.attr", "value": {"stringValue": "some value"}}],
+                "links": [{"traceId": "5b8efff798038103d269b633813fc60d",
+                           "spanId": "eee19b7ec3c1b170", "traceState": "vendor=b"}],
             }],
         }],
     }],
@@ -127,9 +130,11 @@ def test_otlp_json_with_hex_ids(server: RunningServer) -> None:
     assert resp.status_code == 200, resp.text
     assert resp.headers["content-type"] == "application/json"
     assert server.store.query(
-        "SELECT trace_id, span_id, parent_span_id, kind, duration_ns, service_name FROM spans"
+        "SELECT trace_id, span_id, parent_span_id, kind, duration_ns, service_name, trace_state,"
+        " links->0->>'trace_state', links->0->>'trace_id' FROM spans"
     ).rows == [("5b8efff798038103d269b633813fc60c", "eee19b7ec3c1b174", "eee19b7ec3c1b173",
-                "server", 1_000_000_000, "api")]
+                "server", 1_000_000_000, "api", "vendor=a", "vendor=b",
+                "5b8efff798038103d269b633813fc60d")]
 
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
