@@ -47,7 +47,7 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	touch $@
 
 test: install vllm-env
-	@AIOPS_REQUIRE_VLLM=1 $(BIN)/python -m pytest; rc=$$?; \
+	@AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1 $(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure"; exit 1; fi; \
 	exit $$rc
 

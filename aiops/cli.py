@@ -60,7 +60,7 @@ def server(ctx: typer.Context) -> None:
     settings = _settings(ctx)
     configure_json_logging(settings.log_level)
     try:
-        store = Store(settings.db_path)
+        store = Store(settings.db_path, memory_limit_mb=settings.duckdb_memory_mb)
     except AIOpsError as exc:
         raise _fail(exc) from exc
     try:

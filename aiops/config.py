@@ -53,6 +53,9 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest accepted OTLP request body, before and after gzip (HTTP 413 above).",
     )
+    duckdb_memory_mb: int = Field(
+        1024, ge=64, description="DuckDB's buffer pool limit (cached database blocks; beyond "
+        "it DuckDB evicts to disk).")
     ingest_memory_mb: int = Field(
         256, ge=8, description="Memory for OTLP bodies and decoded batches in flight; beyond "
         "it requests get a retryable 503 (Retry-After).")

@@ -43,7 +43,7 @@ class QueryResult:
 class Store:
     """Owns one DuckDB database; ``path=None`` gives an in-memory database."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, memory_limit_mb: int | None = None) -> None:
         self.path = path
         # Hash-chained tables: their head (seq, hash), and an anchor file beside the database.
         self._heads: dict[str, tuple[int, str]] = {}
@@ -62,6 +62,9 @@ class Store:
         if self.archive_dir is not None:
             self.archive_dir.mkdir(parents=True, exist_ok=True)
             self._conn.execute("SET allowed_directories = [?]", [str(self.archive_dir)])
+        if memory_limit_mb is not None:
+            # DuckDB's buffer pool: cached blocks of the database itself, evictable to disk.
+            self._conn.execute(f"SET memory_limit = '{int(memory_limit_mb)}MB'")
         self._conn.execute("SET enable_external_access = false")
         self._conn.execute("SET lock_configuration = true")
         self._refresh_archive_views()

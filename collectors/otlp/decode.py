@@ -25,6 +25,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from aiops.errors import DecodeError
+
+try:  # the compiled decoder (setup.py builds it); without it, the Python path below
+    from collectors.otlp import _wire  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - exercised where no C compiler was available
+    _wire = None
 from aiops.schema import LOGS, METRIC_POINTS, SPANS, Table
 
 __all__ = ["SIGNALS", "Decoded", "Signal", "decode"]
@@ -353,13 +358,37 @@ def _hex_ids_to_base64(node: Any) -> Any:
     return node
 
 
-def decode(signal: str, body: bytes, encoding: str) -> Decoded:
+def _decode_compiled(signal: str, body: bytes) -> Decoded:
+    t = SPANS if signal == "traces" else LOGS
+    fill = _wire.decode_spans if signal == "traces" else _wire.decode_logs
+    cols: dict[str, list[Any]] = {name: [] for name in t.column_names}
+    try:
+        rejected, first = fill(body, cols)
+    except _wire.WireError as exc:
+        raise DecodeError(f"body is not a valid OTLP {signal} protobuf message: {exc}") \
+            from exc
+    except RecursionError as exc:
+        raise DecodeError(f"OTLP {signal} request nests values too deeply") from exc
+    try:
+        table = pa.Table.from_pydict(cols, schema=t.arrow_schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        raise DecodeError(f"OTLP {signal} request has out-of-range values: {exc}") from exc
+    if rejected and not table.num_rows:
+        raise DecodeError(f"every record was rejected ({rejected}): {first}")
+    return Decoded({t.name: table}, rejected, first)
+
+
+def decode(signal: str, body: bytes, encoding: str, *, compiled: bool = True) -> Decoded:
     """Decode one request body of ``signal`` ('traces', 'logs', 'metrics').
 
-    ``encoding`` is 'protobuf' or 'json'. Returns Arrow tables keyed by table name; invalid
+    ``encoding`` is 'protobuf' or 'json'. Protobuf traces and logs go through the compiled
+    decoder when it is built (``compiled=False`` forces the Python path, which the equivalence
+    tests compare it with). Returns Arrow tables keyed by table name; invalid
     records (bad ids, no time) are left out and counted in ``rejected`` (OTLP partial success).
     A body that is malformed as a whole, or whose every record is invalid, is a DecodeError.
     """
+    if compiled and _wire is not None and encoding == "protobuf" and signal != "metrics":
+        return _decode_compiled(signal, body)
     sig = SIGNALS[signal]
     msg = sig.request()
     if encoding == "protobuf":

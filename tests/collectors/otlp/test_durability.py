@@ -111,7 +111,7 @@ def rss_mib(pid: int, field: str) -> float:
 @pytest.fixture
 def small(tmp_path: Path) -> Iterator[tuple[Settings, subprocess.Popen[bytes]]]:
     s = load_settings(data_dir=tmp_path, server_port=free_port(), log_level="WARNING",
-                      ingest_memory_mb=8)
+                      ingest_memory_mb=8, duckdb_memory_mb=64)
     proc = start(s)
     yield s, proc
     proc.terminate()
@@ -122,7 +122,7 @@ def test_overload_is_refused_retryably_within_the_memory_limit_and_recovers(
     small: tuple[Settings, subprocess.Popen[bytes]],
 ) -> None:
     settings, proc = small
-    body, _ = request_body(20_000)  # ~1.5 MiB: 3 MiB reserved per request
+    body, _ = request_body(5_000)  # ~0.4 MiB: ~4.5 MiB reserved per request
     baseline = rss_mib(proc.pid, "VmRSS")
     statuses: list[tuple[int, str | None]] = []
 
@@ -143,9 +143,12 @@ def test_overload_is_refused_retryably_within_the_memory_limit_and_recovers(
     metrics = httpx.get(f"{settings.server_url}/metrics").text
     peak = next(float(line.split()[1]) for line in metrics.splitlines()
                 if line.startswith("aiops_ingest_buffer_peak_bytes"))
-    assert peak <= 8 * 2**20 + 2 * len(body)
+    assert peak <= 8 * 2**20 + 12 * len(body)
     grown = rss_mib(proc.pid, "VmHWM") - baseline
-    assert grown < 200, f"RSS grew by {grown:.0f} MiB under an 8 MiB ingest limit"
+    # Bounded by the ingest budget (8 MiB), DuckDB's buffer pool (64 MiB) and the decode
+    # working set of the requests admitted at once; without the budget this grows with load.
+    print(f"RSS grew by {grown:.0f} MiB")
+    assert grown < 120, f"RSS grew by {grown:.0f} MiB under 8 + 64 MiB limits"
     # The flood is over: ingest works again.
     ok = httpx.post(f"{settings.server_url}/v1/traces", content=request_body(10)[0],
                     headers=PROTOBUF)

@@ -1,0 +1,162 @@
+"""The compiled decoder (collectors/otlp/_wire.pyx) gives exactly what the Python path gives,
+for any traces and logs request; it is what serves protobuf traffic when built."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import (
+    AnyValue,
+    ArrayValue,
+    InstrumentationScope,
+    KeyValue,
+    KeyValueList,
+)
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+from aiops.errors import DecodeError
+from collectors.otlp import decode as decode_module
+from collectors.otlp.decode import decode
+
+if decode_module._wire is None and os.environ.get("AIOPS_REQUIRE_COMPILED"):
+    raise RuntimeError("`make test` expects the compiled decoder (setup.py builds it)")
+pytestmark = pytest.mark.skipif(decode_module._wire is None,
+                                reason="the compiled decoder is not built here")
+
+JSON_COLUMNS = {"attributes", "resource_attributes", "events", "links"}
+PROPERTY = settings(max_examples=200, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+text = st.text(max_size=12)
+scalars = st.one_of(
+    st.builds(lambda s: AnyValue(string_value=s), text),
+    st.builds(lambda b: AnyValue(bool_value=b), st.booleans()),
+    st.builds(lambda i: AnyValue(int_value=i), st.integers(-2**63, 2**63 - 1)),
+    st.builds(lambda f: AnyValue(double_value=f), st.floats(allow_nan=False,
+                                                            allow_infinity=False)),
+    st.builds(lambda b: AnyValue(bytes_value=b), st.binary(max_size=8)),
+    st.just(AnyValue()),
+)
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.builds(lambda vs: AnyValue(array_value=ArrayValue(values=vs)),
+              st.lists(inner, max_size=3)),
+    st.builds(lambda kvs: AnyValue(kvlist_value=KeyValueList(values=[
+        KeyValue(key=k, value=v) for k, v in kvs.items()])),
+        st.dictionaries(text, inner, max_size=3))), max_leaves=8)
+attribute_lists = st.dictionaries(text, values, max_size=4).map(
+    lambda d: [KeyValue(key=k, value=v) for k, v in d.items()])
+ids16 = st.one_of(st.binary(min_size=16, max_size=16), st.binary(max_size=3))
+ids8 = st.one_of(st.binary(min_size=8, max_size=8), st.just(b""), st.binary(max_size=3))
+times = st.integers(0, 2**62)
+
+
+@st.composite
+def spans(draw: st.DrawFn) -> Span:
+    start = draw(times)
+    return Span(
+        trace_id=draw(ids16), span_id=draw(st.binary(min_size=8, max_size=8)),
+        parent_span_id=draw(ids8), trace_state=draw(text), name=draw(text),
+        kind=draw(st.integers(0, 7)), start_time_unix_nano=start,
+        end_time_unix_nano=draw(st.one_of(st.just(0), st.integers(start, start + 2**40))),
+        attributes=draw(attribute_lists), dropped_attributes_count=draw(st.integers(0, 9)),
+        events=[Span.Event(time_unix_nano=draw(times), name=draw(text),
+                           attributes=draw(attribute_lists))
+                for _ in range(draw(st.integers(0, 2)))],
+        links=[Span.Link(trace_id=draw(st.binary(max_size=16)),
+                         span_id=draw(st.binary(max_size=8)), trace_state=draw(text),
+                         attributes=draw(attribute_lists))
+               for _ in range(draw(st.integers(0, 2)))],
+        status=Status(code=draw(st.integers(0, 4)), message=draw(text)))
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> LogRecord:
+    return LogRecord(
+        time_unix_nano=draw(times), observed_time_unix_nano=draw(times),
+        severity_number=draw(st.integers(0, 24)), severity_text=draw(text),
+        body=draw(values), attributes=draw(attribute_lists), flags=draw(st.integers(0, 255)),
+        trace_id=draw(st.one_of(st.just(b""), ids16)), span_id=draw(ids8),
+        event_name=draw(text))
+
+
+def resource(draw: st.DrawFn) -> Resource:
+    return Resource(attributes=draw(attribute_lists))
+
+
+def scope(draw: st.DrawFn) -> InstrumentationScope:
+    return InstrumentationScope(name=draw(text), version=draw(text))
+
+
+@st.composite
+def trace_requests(draw: st.DrawFn) -> bytes:
+    return ExportTraceServiceRequest(resource_spans=[
+        ResourceSpans(resource=resource(draw), scope_spans=[
+            ScopeSpans(scope=scope(draw), spans=draw(st.lists(spans(), max_size=4)))
+            for _ in range(draw(st.integers(0, 2)))])
+        for _ in range(draw(st.integers(0, 2)))]).SerializeToString()
+
+
+@st.composite
+def log_requests(draw: st.DrawFn) -> bytes:
+    return ExportLogsServiceRequest(resource_logs=[
+        ResourceLogs(resource=resource(draw), scope_logs=[
+            ScopeLogs(scope=scope(draw), log_records=draw(st.lists(logs(), max_size=4)))
+            for _ in range(draw(st.integers(0, 2)))])
+        for _ in range(draw(st.integers(0, 2)))]).SerializeToString()
+
+
+def comparable(table: pa.Table) -> list[dict[str, Any]]:
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.int64()))
+    rows = table.to_pylist()
+    out = []
+    for row in rows:
+        for k, v in row.items():
+            if k in JSON_COLUMNS and v is not None:
+                row[k] = json.loads(v)
+            elif k == "body" and isinstance(v, str) and v[:1] in "[{" and v[-1:] in "]}":
+                with contextlib.suppress(ValueError):  # a string body that only looks like JSON
+                    row[k] = json.loads(v)
+        out.append(row)
+    return out
+
+
+def outcome(signal: str, body: bytes, compiled: bool) -> Any:
+    try:
+        result = decode(signal, body, "protobuf", compiled=compiled)
+    except DecodeError as exc:
+        return ("error", str(exc).split(":")[0])
+    return (result.rejected, result.message,
+            {name: comparable(t) for name, t in result.items()})
+
+
+@PROPERTY
+@given(body=trace_requests())
+def test_traces_decode_identically(body: bytes) -> None:
+    assert outcome("traces", body, True) == outcome("traces", body, False)
+
+
+@PROPERTY
+@given(body=log_requests())
+def test_logs_decode_identically(body: bytes) -> None:
+    assert outcome("logs", body, True) == outcome("logs", body, False)
+
+
+@pytest.mark.parametrize("body", [b"\x0a\x05\x12\x03\x12\x01\xff",  # bad UTF-8 in a name
+                                  b"\x0a\xff", b"\x0b", b"\x0a\x02\x12\x09"])
+def test_malformed_bodies_are_decode_errors_in_both(body: bytes) -> None:
+    for compiled in (True, False):
+        with pytest.raises(DecodeError):
+            decode("traces", body, "protobuf", compiled=compiled)
