@@ -10,7 +10,7 @@ One known difference: a record whose attribute map repeats a key keeps both in i
 (the Python path's dict keeps the last); OTLP senders do not repeat keys.
 """
 
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.math cimport isinf, isnan
 from libc.string cimport memcpy
@@ -133,6 +133,110 @@ cdef class _Json:
 
     cdef str value(self):
         return PyUnicode_DecodeUTF8(self.data, self.length, NULL)
+
+
+cdef class _Col:
+    """One Arrow column being built: string (offsets + UTF-8 bytes) or int64, with validity."""
+    cdef _Json data
+    cdef _Json offsets
+    cdef _Json valid
+    cdef Py_ssize_t n
+    cdef Py_ssize_t nulls
+    cdef bint strings
+
+    def __cinit__(self, bint strings):
+        self.strings = strings
+        self.data = _Json()
+        self.offsets = _Json()
+        self.valid = _Json()
+        self.n = 0
+        self.nulls = 0
+        if strings:
+            self._offset()
+
+    cdef inline int _offset(self) except -1:
+        cdef int32_t o = <int32_t>self.data.length
+        if self.data.length > 2147483647:
+            raise WireError("request too large for one batch")
+        self.offsets.write(<const char*>&o, 4)
+        return 0
+
+    cdef inline int _row(self, bint ok) except -1:
+        self.valid.put(1 if ok else 0)
+        self.n += 1
+        if not ok:
+            self.nulls += 1
+        return 0
+
+    cdef int text(self, const char* p, Py_ssize_t length) except -1:
+        self.data.write(p, length)
+        self._offset()
+        return self._row(True)
+
+    cdef int hex(self, bytes raw) except -1:
+        cdef const unsigned char* b = raw
+        cdef Py_ssize_t i, k = len(raw)
+        cdef const char* digits = b"0123456789abcdef"
+        self.data.reserve(2 * k)
+        for i in range(k):
+            self.data.data[self.data.length] = digits[b[i] >> 4]
+            self.data.data[self.data.length + 1] = digits[b[i] & 15]
+            self.data.length += 2
+        self._offset()
+        return self._row(True)
+
+    cdef int str_or_null(self, str value) except -1:
+        cdef bytes encoded
+        if not value:
+            return self.null()
+        encoded = value.encode()
+        return self.text(encoded, len(encoded))
+
+    cdef int json(self, _Json buf) except -1:
+        return self.text(buf.data, buf.length)
+
+    cdef int null(self) except -1:
+        if self.strings:
+            self._offset()
+        else:
+            self.data.write(b"\0\0\0\0\0\0\0\0", 8)
+        return self._row(False)
+
+    cdef int i64(self, int64_t v) except -1:
+        self.data.write(<const char*>&v, 8)
+        return self._row(True)
+
+    cdef int fill(self, object value, Py_ssize_t times) except -1:
+        """Append ``value`` (a str or None) ``times`` times: per-resource and scope values."""
+        cdef bytes encoded
+        cdef Py_ssize_t i
+        if value is None or value == "":
+            for i in range(times):
+                self.null()
+            return 0
+        encoded = value.encode()
+        for i in range(times):
+            self.text(encoded, len(encoded))
+        return 0
+
+    cdef object finish(self, object arrow_type):
+        import pyarrow as pa
+        cdef bytearray bitmap = bytearray((self.n + 7) // 8)
+        cdef Py_ssize_t i
+        cdef unsigned char* bits = bitmap
+        cdef const char* v = self.valid.data
+        for i in range(self.n):
+            if v[i]:
+                bits[i >> 3] |= 1 << (i & 7)
+        validity = pa.py_buffer(bitmap) if self.nulls else None
+        if self.strings:
+            buffers = [validity, pa.py_buffer(self.offsets.data[:self.offsets.length]),
+                       pa.py_buffer(self.data.data[:self.data.length])]
+        else:
+            buffers = [validity, pa.py_buffer(self.data.data[:self.data.length])]
+            ints = pa.Array.from_buffers(pa.int64(), self.n, buffers, null_count=self.nulls)
+            return ints if arrow_type == pa.int64() else ints.cast(arrow_type)
+        return pa.Array.from_buffers(arrow_type, self.n, buffers, null_count=self.nulls)
 
 
 cdef int _check_utf8(const unsigned char* s, Py_ssize_t n) except -1:
@@ -364,35 +468,51 @@ cdef tuple _scope(Reader r):
     return name, version
 
 
-_KINDS = (None, "internal", "server", "client", "producer", "consumer")
-_STATUS = ("unset", "ok", "error")
+_SPAN_STRINGS = ("trace_id", "span_id", "parent_span_id", "trace_state", "name", "kind",
+                 "status_code", "status_message", "service_name", "resource_attributes",
+                 "scope_name", "scope_version", "attributes", "events", "links")
+_SPAN_INTS = ("start_time", "end_time", "duration_ns", "dropped_attributes_count")
+_LOG_STRINGS = ("trace_id", "span_id", "severity_text", "body", "event_name", "service_name",
+                "resource_attributes", "scope_name", "scope_version", "attributes")
+_LOG_INTS = ("time", "observed_time", "severity_number", "flags")
 
 
-def decode_spans(const unsigned char[:] body, dict cols):
-    """Fill ``cols`` (the spans table's column lists) from an ExportTraceServiceRequest.
-    Returns (rejected count, first rejection reason)."""
-    cdef Reader top, rs, ss, sp, s, ev
-    cdef uint64_t key, start, end, kind, code
+cdef dict _columns(tuple strings, tuple ints):
+    cols = {name: _Col(True) for name in strings}
+    cols.update({name: _Col(False) for name in ints})
+    return cols
+
+
+cdef dict _finish(dict cols, object schema):
+    return {f.name: (<_Col>cols[f.name]).finish(f.type) for f in schema}
+
+
+def decode_spans(const unsigned char[:] body, object schema):
+    """Arrow arrays of the spans table (by ``schema``) from an ExportTraceServiceRequest.
+    Returns (arrays by column name, rejected count, first rejection reason)."""
+    cdef Reader top, rs, ss, sp, s
+    cdef uint64_t key, start, end, kind, code, dropped
     cdef int field, wire, n_valid
     cdef _Json attrs = _Json()
     cdef _Json events = _Json()
     cdef _Json links = _Json()
-    cdef _Json tmp = _Json()
     cdef int rejected = 0
     cdef bint n_attrs, n_events, n_links
+    cdef bytes kind_text, code_text
+    cdef dict cols = _columns(_SPAN_STRINGS, _SPAN_INTS)
+    cdef _Col c_trace = cols["trace_id"], c_span = cols["span_id"]
+    cdef _Col c_parent = cols["parent_span_id"], c_state = cols["trace_state"]
+    cdef _Col c_name = cols["name"], c_kind = cols["kind"], c_start = cols["start_time"]
+    cdef _Col c_end = cols["end_time"], c_dur = cols["duration_ns"]
+    cdef _Col c_code = cols["status_code"], c_msg = cols["status_message"]
+    cdef _Col c_attrs = cols["attributes"], c_events = cols["events"], c_links = cols["links"]
+    cdef _Col c_dropped = cols["dropped_attributes_count"]
+    cdef _Col c_service = cols["service_name"], c_res = cols["resource_attributes"]
+    cdef _Col c_scope = cols["scope_name"], c_scope_v = cols["scope_version"]
     first_reason = None
-    if body.shape[0] == 0:
-        return 0, None
-    top.p = &body[0]
+    top.p = &body[0] if body.shape[0] else NULL
     top.pos = 0
     top.end = body.shape[0]
-    c_trace, c_span, c_parent = cols["trace_id"], cols["span_id"], cols["parent_span_id"]
-    c_state, c_name, c_kind = cols["trace_state"], cols["name"], cols["kind"]
-    c_start, c_end, c_dur = cols["start_time"], cols["end_time"], cols["duration_ns"]
-    c_code, c_msg, c_attrs = cols["status_code"], cols["status_message"], cols["attributes"]
-    c_events, c_links, c_dropped = cols["events"], cols["links"], cols["dropped_attributes_count"]
-    c_service, c_res = cols["service_name"], cols["resource_attributes"]
-    c_scope, c_scope_v = cols["scope_name"], cols["scope_version"]
     while top.pos < top.end:
         key = _varint(&top)
         if (key >> 3) != 1 or (key & 7) != 2:
@@ -429,12 +549,8 @@ def decode_spans(const unsigned char[:] body, dict cols):
                     parent = b""
                     state = ""
                     name = ""
-                    kind = 0
-                    start = 0
-                    end = 0
-                    dropped = 0
-                    code = 0
                     message = ""
+                    kind = start = end = dropped = code = 0
                     attrs.reset(); events.reset(); links.reset()
                     n_attrs = n_events = n_links = False
                     attrs.put(123); events.put(91); links.put(91)
@@ -504,28 +620,47 @@ def decode_spans(const unsigned char[:] body, dict cols):
                         continue
                     n_valid += 1
                     attrs.put(125); events.put(93); links.put(93)
-                    c_trace.append(trace_id.hex())
-                    c_span.append(span_id.hex())
-                    c_parent.append(parent.hex() if parent else None)
-                    c_state.append(state or None)
-                    c_name.append(name)
-                    c_kind.append(_KINDS[kind] if kind < 6 else None)
-                    c_start.append(start)
-                    c_end.append(end or None)
-                    c_dur.append(<int64_t>(end - start) if end else None)
-                    c_code.append(_STATUS[code] if code < 3 else None)
-                    c_msg.append(message or None)
-                    c_attrs.append(attrs.value() if n_attrs else None)
-                    c_events.append(events.value() if n_events else None)
-                    c_links.append(links.value() if n_links else None)
-                    c_dropped.append(dropped)
+                    c_trace.hex(trace_id)
+                    c_span.hex(span_id)
+                    if parent:
+                        c_parent.hex(parent)
+                    else:
+                        c_parent.null()
+                    c_state.str_or_null(state)
+                    c_name.fill(name, 1) if name else c_name.text(b"", 0)
+                    if 1 <= kind <= 5:
+                        kind_text = _KIND_BYTES[kind]
+                        c_kind.text(kind_text, len(kind_text))
+                    else:
+                        c_kind.null()
+                    c_start.i64(<int64_t>start)
+                    if end:
+                        c_end.i64(<int64_t>end)
+                        c_dur.i64(<int64_t>(end - start))
+                    else:
+                        c_end.null()
+                        c_dur.null()
+                    if code < 3:
+                        code_text = _STATUS_BYTES[code]
+                        c_code.text(code_text, len(code_text))
+                    else:
+                        c_code.null()
+                    c_msg.str_or_null(message)
+                    c_attrs.json(attrs) if n_attrs else c_attrs.null()
+                    c_events.json(events) if n_events else c_events.null()
+                    c_links.json(links) if n_links else c_links.null()
+                    c_dropped.i64(<int64_t>dropped)
                 else:
                     _skip(&ss, wire)
-            c_service.extend([service] * n_valid)
-            c_res.extend([res_json] * n_valid)
-            c_scope.extend([scope_name] * n_valid)
-            c_scope_v.extend([scope_version] * n_valid)
-    return rejected, first_reason
+            c_service.fill(service, n_valid)
+            c_res.fill(res_json, n_valid)
+            c_scope.fill(scope_name, n_valid)
+            c_scope_v.fill(scope_version, n_valid)
+    return _finish(cols, schema), rejected, first_reason
+
+
+_KIND_BYTES = (b"", b"internal", b"server", b"client", b"producer", b"consumer")
+_STATUS_BYTES = (b"unset", b"ok", b"error")
 
 
 cdef int _one_kv(Reader kv, _Json out, int depth=0) except -1:
@@ -626,29 +761,28 @@ cdef int _link(Reader r, _Json out) except -1:
     return 0
 
 
-def decode_logs(const unsigned char[:] body, dict cols):
-    """Fill ``cols`` (the logs table's column lists) from an ExportLogsServiceRequest.
-    Returns (rejected count, first rejection reason)."""
+def decode_logs(const unsigned char[:] body, object schema):
+    """Arrow arrays of the logs table (by ``schema``) from an ExportLogsServiceRequest.
+    Returns (arrays by column name, rejected count, first rejection reason)."""
     cdef Reader top, rl, sl, lr, s
-    cdef uint64_t key, t, observed, severity, flags, dropped
+    cdef uint64_t key, t, observed, severity, flags
     cdef int field, wire, n_valid, rejected = 0
     cdef _Json attrs = _Json()
     cdef _Json bodybuf = _Json()
     cdef bint n_attrs, has_body
     cdef Reader body_r
+    cdef dict cols = _columns(_LOG_STRINGS, _LOG_INTS)
+    cdef _Col c_time = cols["time"], c_obs = cols["observed_time"]
+    cdef _Col c_trace = cols["trace_id"], c_span = cols["span_id"]
+    cdef _Col c_sev = cols["severity_number"], c_sevt = cols["severity_text"]
+    cdef _Col c_body = cols["body"], c_event = cols["event_name"]
+    cdef _Col c_attrs = cols["attributes"], c_flags = cols["flags"]
+    cdef _Col c_service = cols["service_name"], c_res = cols["resource_attributes"]
+    cdef _Col c_scope = cols["scope_name"], c_scope_v = cols["scope_version"]
     first_reason = None
-    if body.shape[0] == 0:
-        return 0, None
-    top.p = &body[0]
+    top.p = &body[0] if body.shape[0] else NULL
     top.pos = 0
     top.end = body.shape[0]
-    c_time, c_obs, c_trace, c_span = cols["time"], cols["observed_time"], cols["trace_id"], \
-        cols["span_id"]
-    c_sev, c_sevt, c_body, c_event = cols["severity_number"], cols["severity_text"], \
-        cols["body"], cols["event_name"]
-    c_attrs, c_flags = cols["attributes"], cols["flags"]
-    c_service, c_res = cols["service_name"], cols["resource_attributes"]
-    c_scope, c_scope_v = cols["scope_name"], cols["scope_version"]
     while top.pos < top.end:
         key = _varint(&top)
         if (key >> 3) != 1 or (key & 7) != 2:
@@ -732,23 +866,34 @@ def decode_logs(const unsigned char[:] body, dict cols):
                         continue
                     n_valid += 1
                     attrs.put(125)
-                    c_time.append((t or observed) or None)
-                    c_obs.append(observed or None)
-                    c_trace.append(trace_id.hex() if trace_id else None)
-                    c_span.append(span_id.hex() if span_id else None)
-                    c_sev.append(severity or None)
-                    c_sevt.append(sev_text or None)
-                    c_body.append(_body(body_r, bodybuf) if has_body else None)
-                    c_event.append(event or None)
-                    c_attrs.append(attrs.value() if n_attrs else None)
-                    c_flags.append(flags)
+                    if t or observed:
+                        c_time.i64(<int64_t>(t or observed))
+                    else:
+                        c_time.null()
+                    c_obs.i64(<int64_t>observed) if observed else c_obs.null()
+                    c_trace.hex(trace_id) if trace_id else c_trace.null()
+                    c_span.hex(span_id) if span_id else c_span.null()
+                    c_sev.i64(<int64_t>severity) if severity else c_sev.null()
+                    c_sevt.str_or_null(sev_text)
+                    if has_body:
+                        value = _body(body_r, bodybuf)
+                        if value is None:
+                            c_body.null()
+                        else:
+                            encoded = (<str>value).encode()
+                            c_body.text(encoded, len(encoded))
+                    else:
+                        c_body.null()
+                    c_event.str_or_null(event)
+                    c_attrs.json(attrs) if n_attrs else c_attrs.null()
+                    c_flags.i64(<int64_t>flags)
                 else:
                     _skip(&sl, wire)
-            c_service.extend([service] * n_valid)
-            c_res.extend([res_json] * n_valid)
-            c_scope.extend([scope_name] * n_valid)
-            c_scope_v.extend([scope_version] * n_valid)
-    return rejected, first_reason
+            c_service.fill(service, n_valid)
+            c_res.fill(res_json, n_valid)
+            c_scope.fill(scope_name, n_valid)
+            c_scope_v.fill(scope_version, n_valid)
+    return _finish(cols, schema), rejected, first_reason
 
 
 cdef object _body(Reader r, _Json buf):

@@ -361,16 +361,16 @@ def _hex_ids_to_base64(node: Any) -> Any:
 def _decode_compiled(signal: str, body: bytes) -> Decoded:
     t = SPANS if signal == "traces" else LOGS
     fill = _wire.decode_spans if signal == "traces" else _wire.decode_logs
-    cols: dict[str, list[Any]] = {name: [] for name in t.column_names}
     try:
-        rejected, first = fill(body, cols)
+        arrays, rejected, first = fill(body, t.arrow_schema)
     except _wire.WireError as exc:
         raise DecodeError(f"body is not a valid OTLP {signal} protobuf message: {exc}") \
             from exc
     except RecursionError as exc:
         raise DecodeError(f"OTLP {signal} request nests values too deeply") from exc
     try:
-        table = pa.Table.from_pydict(cols, schema=t.arrow_schema)
+        table = pa.Table.from_arrays([arrays[n] for n in t.column_names], schema=t.arrow_schema)
+        table.validate()
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
         raise DecodeError(f"OTLP {signal} request has out-of-range values: {exc}") from exc
     if rejected and not table.num_rows:
