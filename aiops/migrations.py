@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from aiops.schema import PROVENANCE, TABLES
+from aiops.schema import PROVENANCE, TABLES, Kind
 
 __all__ = ["MIGRATIONS", "Migration", "apply_migrations", "current_version"]
 
@@ -42,10 +42,20 @@ def _retention(conn: duckdb.DuckDBPyConnection) -> None:
                  "cutoff TIMESTAMP_NS, file VARCHAR, rows BIGINT, archived_at TIMESTAMP)")
 
 
+def _json_as_varchar(conn: duckdb.DuckDBPyConnection) -> None:
+    for t in TABLES:
+        # The archive views depend on the tables; the store recreates them when it opens.
+        conn.execute(f"DROP VIEW IF EXISTS {t.name}_all")
+        for c in t.columns:
+            if c.kind is Kind.JSON:
+                conn.execute(f"ALTER TABLE {t.name} ALTER {c.name} TYPE VARCHAR")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create telemetry tables", _create_tables),
     Migration(2, "provenance hash chain", _provenance),
     Migration(3, "retention bookkeeping", _retention),
+    Migration(4, "JSON columns as VARCHAR (ingest speed)", _json_as_varchar),
 )
 
 

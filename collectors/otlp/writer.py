@@ -69,7 +69,7 @@ class _Pending:
 
 class BatchWriter:
     def __init__(self, store: Store, max_batch_rows: int = 200_000,
-                 max_delay_s: float = 0.002) -> None:
+                 max_delay_s: float = 0.005) -> None:
         self.store = store
         self.max_batch_rows = max_batch_rows
         self.max_delay_s = max_delay_s
