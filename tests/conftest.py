@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -13,17 +12,12 @@ import pytest
 import uvicorn
 from typer.testing import CliRunner
 
+from aiops.bench.common import free_port
 from aiops.cli import app as cli_app
 from aiops.config import Settings, load_settings
 from aiops.server.app import create_app
 from aiops.stack import read_state, session_members, settings_env
 from aiops.store import Store
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

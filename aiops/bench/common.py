@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -20,9 +21,18 @@ __all__ = ["free_port", "peak_rss_mib", "percentile", "running_server"]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port outside both the kernel's ephemeral range (32768+) and Ray's
+    worker ports (10002-19999): a port the kernel hands out for bind(0) can be taken by any
+    of Ray's many sockets before our server binds it."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 def peak_rss_mib(pid: int) -> float:
