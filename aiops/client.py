@@ -8,7 +8,16 @@ import httpx
 
 from aiops.errors import AIOpsError, StackError
 
-__all__ = ["QueryFailed", "ServerClient"]
+__all__ = ["QueryFailed", "ServerClient", "error_message"]
+
+
+def error_message(resp: httpx.Response) -> str:
+    """The ``{"error": ...}`` message aiops' HTTP APIs answer with, else the raw body."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text
+    return str(body.get("error", resp.text)) if isinstance(body, dict) else resp.text
 
 
 class QueryFailed(AIOpsError):
@@ -32,11 +41,7 @@ class ServerClient:
             raise StackError(f"cannot reach the aiops server at {self._http.base_url}: {exc}") \
                 from exc
         if resp.status_code != 200:
-            try:
-                message = resp.json().get("error", resp.text)
-            except ValueError:
-                message = resp.text
-            raise QueryFailed(f"HTTP {resp.status_code}: {message}")
+            raise QueryFailed(f"HTTP {resp.status_code}: {error_message(resp)}")
         result: dict[str, Any] = resp.json()
         return result
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from aiops.client import error_message
 from aiops.config import Settings
 from aiops.errors import AIOpsError, StackError
 
@@ -46,11 +47,7 @@ class LifecycleClient:
             raise StackError(f"cannot reach the control plane at {self._http.base_url}: "
                              f"{exc}") from exc
         if resp.status_code >= 400:
-            try:
-                message = resp.json().get("error", resp.text)
-            except ValueError:
-                message = resp.text
-            raise LifecycleError(f"HTTP {resp.status_code}: {message}")
+            raise LifecycleError(f"HTTP {resp.status_code}: {error_message(resp)}")
         out: dict[str, Any] = resp.json()
         return out
 
