@@ -120,6 +120,15 @@ def run_demo(settings: Settings, console: Console) -> None:
         console.print(_table("log records with that trace_id", records.logs))
         console.print(_table("metric points whose exemplars carry that trace_id",
                              records.metric_points))
+        with ServerClient(settings.server_url) as client:
+            console.print(_table("its provenance entry (hash-chained)", client.rows(
+                "SELECT seq, model, version, left(artifact_digest, 19) AS artifact, "
+                "left(input_hash, 19) AS input, left(hash, 12) AS hash FROM provenance "
+                "WHERE trace_id = ?", [trace_id])))
+            report = httpx.get(f"{settings.server_url}/api/v1/ledger/provenance/verify",
+                               timeout=60).json()
+        console.print(f"provenance chain: {report['entries']} entries, "
+                      f"{'intact' if report['ok'] else 'TAMPERED: ' + str(report['problems'])}")
         if not records.complete:
             raise StackError(f"trace {trace_id} is incomplete in DuckDB: "
                              f"{len(records.spans)} spans, {len(records.logs)} logs, "
