@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,6 +63,9 @@ class Store:
         if self.archive_dir is not None:
             self.archive_dir.mkdir(parents=True, exist_ok=True)
             self._conn.execute("SET allowed_directories = [?]", [str(self.archive_dir)])
+        # DuckDB sizes its thread pool from the machine; respect the CPUs this process may
+        # actually use (taskset, cgroup cpusets), or its threads contend for them.
+        self._conn.execute(f"SET threads = {max(1, len(os.sched_getaffinity(0)))}")
         if memory_limit_mb is not None:
             # DuckDB's buffer pool: cached blocks of the database itself, evictable to disk.
             self._conn.execute(f"SET memory_limit = '{int(memory_limit_mb)}MB'")
