@@ -5,8 +5,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -63,14 +65,13 @@ def server(settings: Settings) -> Iterator[RunningServer]:
 TEST_MODELS = Path(__file__).with_name("models-test.yaml")
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """One real stack for the whole session, started and stopped through the CLI:
-    aiops server + local Ray + Serve with the models of tests/models-test.yaml."""
-    data_dir = tmp_path_factory.mktemp("stack")
+@contextmanager
+def running_stack(data_dir: Path, models_file: Path, **overrides: Any) -> Iterator[Settings]:
+    """A real stack on free ports, started and stopped through the CLI (`aiops up`/`down`);
+    on the way out, nothing it started may be left running."""
     s = Settings(data_dir=data_dir, server_port=free_port(), serve_port=free_port(),
                  control_port=free_port(), ray_metrics_port=free_port(),
-                 scrape_interval_s=2, models_file=TEST_MODELS)
+                 models_file=models_file, **overrides)
     env = settings_env(s)
     result = CliRunner().invoke(cli_app, ["up"], env=env)
     assert result.exit_code == 0, result.output
@@ -81,3 +82,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     leftovers = [pid for c in components for pid in session_members(c.pid)]
     assert leftovers == [], f"processes left running after down: {leftovers}"
     assert not (data_dir / "stack.json").exists()
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """One real stack for the whole session: aiops server + local Ray + Serve with the
+    models of tests/models-test.yaml."""
+    with running_stack(tmp_path_factory.mktemp("stack"), TEST_MODELS,
+                       scrape_interval_s=2) as s:
+        yield s

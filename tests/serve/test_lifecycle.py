@@ -14,15 +14,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from aiops.cli import app as cli_app
 from aiops.client import ServerClient
 from aiops.config import Settings
 from aiops.lifecycle import LifecycleClient, LifecycleError
-from aiops.stack import read_state, session_members, settings_env
 from serve.specs import load_specs
-from tests.conftest import free_port
+from tests.conftest import running_stack
 
 pytestmark = pytest.mark.stack
 
@@ -32,15 +29,8 @@ EMBED = "minilm-l6-v2"
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    s = Settings(data_dir=tmp_path_factory.mktemp("lifecycle"), server_port=free_port(),
-                 serve_port=free_port(), control_port=free_port(),
-                 ray_metrics_port=free_port(), models_file=MODELS)
-    result = CliRunner().invoke(cli_app, ["up"], env=settings_env(s))
-    assert result.exit_code == 0, result.output
-    components = read_state(s)
-    yield s
-    CliRunner().invoke(cli_app, ["down"], env=settings_env(s))
-    assert [p for c in components for p in session_members(c.pid)] == []
+    with running_stack(tmp_path_factory.mktemp("lifecycle"), MODELS) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,10 @@ from pathlib import Path
 
 import openai
 import pytest
-from typer.testing import CliRunner
 
-from aiops.cli import app as cli_app
 from aiops.client import ServerClient
 from aiops.config import Settings
-from aiops.stack import read_state, session_members, settings_env
-from tests.conftest import free_port
+from tests.conftest import running_stack
 
 pytestmark = pytest.mark.stack
 
@@ -36,16 +33,8 @@ def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         if os.environ.get("AIOPS_REQUIRE_VLLM"):
             pytest.fail(f"{VLLM_PYTHON} is missing: `make vllm-env` should have built it")
         pytest.skip("no .venv-vllm (build it with `make vllm-env`)")
-    s = Settings(data_dir=tmp_path_factory.mktemp("vllm"), server_port=free_port(),
-                 serve_port=free_port(), control_port=free_port(),
-                 ray_metrics_port=free_port(), models_file=MODELS,
-                 startup_timeout_s=600)
-    result = CliRunner().invoke(cli_app, ["up"], env=settings_env(s))
-    assert result.exit_code == 0, result.output
-    components = read_state(s)
-    yield s
-    CliRunner().invoke(cli_app, ["down"], env=settings_env(s))
-    assert [p for c in components for p in session_members(c.pid)] == []
+    with running_stack(tmp_path_factory.mktemp("vllm"), MODELS, startup_timeout_s=600) as s:
+        yield s
 
 
 def test_vllm_answers_the_same_chat_request(vllm_stack: Settings) -> None:
