@@ -101,6 +101,15 @@ def _replica_resource(service: str, version: str) -> dict[str, str]:
     }
 
 
+def _answer(make: Callable[..., dict[str, Any]], completion_id: str, target: Version,
+            out: dict[str, Any]) -> JSONResponse:
+    """A (chat) completion body from a model's result dict."""
+    return JSONResponse(make(
+        completion_id=completion_id, model=target.spec.name, text=out["text"],
+        finish_reason=out["finish_reason"], prompt_tokens=out["prompt_tokens"],
+        completion_tokens=out["completion_tokens"], fingerprint=_fingerprint(target)))
+
+
 def _fingerprint(target: Version) -> str:
     """OpenAI's system_fingerprint: which backend configuration answered (version + digest)."""
     return f"{target.version}:{target.digest.removeprefix('sha256:')[:12]}"
@@ -358,16 +367,8 @@ class Ingress:
             if req.stream:
                 raise ApiError(400, f"model {spec.name} does not stream", param="stream")
             prompt = "\n".join(m.text() for m in req.messages)
-            slot = await self._admit(request, target)
-            try:
-                out = await self._call(spec, target.handle.see.remote(
-                    blobs, prompt, self._carrier(scope), scope.inference_id))
-            finally:
-                await slot.__aexit__(None, None, None)
-            return JSONResponse(chat_completion_body(
-                completion_id=completion_id, model=spec.name, text=out["text"],
-                finish_reason=out["finish_reason"], prompt_tokens=out["prompt_tokens"],
-                completion_tokens=out["completion_tokens"], fingerprint=_fingerprint(target)))
+            out = await self._admitted(request, target, scope, "see", blobs, prompt)
+            return _answer(chat_completion_body, completion_id, target, out)
         payload = {"messages": [{"role": m.role, "content": m.text()} for m in req.messages],
                    "max_tokens": req.effective_max_tokens(), "temperature": req.temperature,
                    "seed": req.seed, "stop": list(req.stop_list())}
@@ -375,16 +376,12 @@ class Ingress:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return await self._stream(request, target, payload, scope, include_usage, chat=True,
                                       completion_id=completion_id)
-        out = await self._generate(request, target, payload, scope)
-        return JSONResponse(chat_completion_body(
-            completion_id=completion_id, model=spec.name, text=out["text"],
-            finish_reason=out["finish_reason"], prompt_tokens=out["prompt_tokens"],
-            completion_tokens=out["completion_tokens"], fingerprint=_fingerprint(target)))
+        out = await self._admitted(request, target, scope, "generate", payload)
+        return _answer(chat_completion_body, completion_id, target, out)
 
     async def _completion(self, request: Request, raw: Any, scope: _Scope) -> Response:
         req = self._parse(CompletionRequest, raw)
         target = self._model(request, req.model, "completions", scope, raw)
-        spec = target.spec
         payload = {"prompt": req.prompt, "max_tokens": req.max_tokens,
                    "temperature": req.temperature, "seed": req.seed,
                    "stop": list(req.stop_list())}
@@ -393,32 +390,26 @@ class Ingress:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return await self._stream(request, target, payload, scope, include_usage, chat=False,
                                       completion_id=completion_id)
-        out = await self._generate(request, target, payload, scope)
-        return JSONResponse(completion_body(
-            completion_id=completion_id, model=spec.name, text=out["text"],
-            finish_reason=out["finish_reason"], prompt_tokens=out["prompt_tokens"],
-            completion_tokens=out["completion_tokens"], fingerprint=_fingerprint(target)))
+        out = await self._admitted(request, target, scope, "generate", payload)
+        return _answer(completion_body, completion_id, target, out)
 
     async def _embeddings(self, request: Request, raw: Any, scope: _Scope) -> Response:
         req = self._parse(EmbeddingRequest, raw)
         target = self._model(request, req.model, "embeddings", scope, raw)
         spec = target.spec
-        slot = await self._admit(request, target)
-        try:
-            out = await self._call(spec, target.handle.embed.remote(
-                req.texts(), self._carrier(scope), scope.inference_id))
-        finally:
-            await slot.__aexit__(None, None, None)
+        out = await self._admitted(request, target, scope, "embed", req.texts())
         return JSONResponse(embeddings_body(spec.name, out["vectors"], out["tokens"],
                                             req.encoding_format))
 
-    async def _generate(self, request: Request, target: Version, payload: dict[str, Any],
-                        scope: _Scope) -> dict[str, Any]:
-        spec = target.spec
+    async def _admitted(self, request: Request, target: Version, scope: _Scope, method: str,
+                        *args: Any) -> dict[str, Any]:
+        """Call ``method`` of the version's deployment inside an admission slot, with its
+        deadline; the trace context and inference id go along."""
         slot = await self._admit(request, target)
         try:
-            result: dict[str, Any] = await self._call(spec, target.handle.generate.remote(
-                payload, self._carrier(scope), scope.inference_id))
+            result: dict[str, Any] = await self._call(
+                target.spec, getattr(target.handle, method).remote(
+                    *args, self._carrier(scope), scope.inference_id))
             return result
         finally:
             await slot.__aexit__(None, None, None)
