@@ -1,0 +1,1 @@
+"""Analytics: detectors, correlation, root-cause ranking and incidents over the telemetry tables."""

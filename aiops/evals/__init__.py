@@ -1,0 +1,1 @@
+"""Evaluations of the analytics on public corpora (../shared/datasets), behind `aiops bench rca|logs|anomaly`."""
