@@ -6,15 +6,19 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.aiops-installed
 EXTRAS ?= serve,dev
-# Debian packages: a C/C++ toolchain and cmake, to compile llama-cpp-python (no wheel on PyPI).
-DEB_PACKAGES := build-essential cmake
+# Debian packages: a C/C++ toolchain and cmake, to compile llama-cpp-python (no wheel on PyPI);
+# bcc (python3-bpfcc) and Debian's kernel headers for the eBPF collector.
+ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+DEB_PACKAGES := build-essential cmake python3-bpfcc linux-headers-$(ARCH)
+# Where the running kernel ships no headers, bcc gets this merged tree (BCC_KERNEL_SOURCE).
+KERNEL_HEADERS := .build/kernel-headers
 
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.aiops-installed
 
-.PHONY: demo test bench lint install vllm-env sysdeps docs clean
+.PHONY: demo test bench lint install vllm-env sysdeps ebpf-setup ebpf-headers docs clean
 
-install: sysdeps $(STAMP)
+install: sysdeps $(STAMP) ebpf-setup
 
 sysdeps:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -34,6 +38,29 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
 
+# bcc comes from Debian (its Python module is tied to the distribution's libbcc): link that
+# module into the virtualenv, and prepare kernel headers when the running kernel has none.
+ebpf-setup: $(STAMP)
+	@if [ -d /usr/lib/python3/dist-packages/bcc ]; then \
+		ln -sfn /usr/lib/python3/dist-packages/bcc "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/bcc"; \
+		$(MAKE) --no-print-directory ebpf-headers; \
+	else \
+		echo "NOTE: bcc (Debian python3-bpfcc) is not installed: the eBPF collector will not run"; \
+		echo "      (as root, 'make install' installs it; the rest of the stack runs without it)"; \
+	fi
+
+ebpf-headers:
+	@if [ -d /lib/modules/$$(uname -r)/build/include ] || [ -d $(KERNEL_HEADERS)/include ]; then exit 0; fi; \
+	common=$$(ls -d /usr/src/linux-headers-*-common 2>/dev/null | sort -V | tail -1); \
+	arch=$$(ls -d /usr/src/linux-headers-*-$(ARCH) 2>/dev/null | sort -V | tail -1); \
+	if [ -z "$$common" ] || [ -z "$$arch" ]; then \
+		echo "NOTE: no kernel headers for $$(uname -r) and no Debian linux-headers-$(ARCH):"; \
+		echo "      the eBPF collector will not run (as root, 'make install' installs them)"; exit 0; fi; \
+	echo "merging $$common and $$arch into $(KERNEL_HEADERS) (the running kernel has no headers)"; \
+	rm -rf $(KERNEL_HEADERS).tmp && mkdir -p $(KERNEL_HEADERS).tmp && \
+	cp -a $$common/. $(KERNEL_HEADERS).tmp/ && cp -a $$arch/. $(KERNEL_HEADERS).tmp/ && \
+	mv $(KERNEL_HEADERS).tmp $(KERNEL_HEADERS)
+
 # vLLM (CPU build, ~3.5 GB with CPU torch) in its own virtualenv; Serve runs the vLLM
 # model's replicas with this interpreter (the spec's `python`).
 vllm-env: sysdeps $(VLLM_STAMP)
@@ -47,7 +74,9 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	touch $@
 
 test: install vllm-env
-	@AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1 $(BIN)/python -m pytest; rc=$$?; \
+	@# As root the eBPF tests must run (not skip): that is how CI runs.
+	@if [ "$$(id -u)" = 0 ]; then export AIOPS_REQUIRE_EBPF=1; fi; \
+	AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1 $(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure"; exit 1; fi; \
 	exit $$rc
 
@@ -67,4 +96,4 @@ docs: install
 	$(BIN)/aiops config schema > docs/schema.md
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .aiops .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .aiops .build .pytest_cache .mypy_cache .ruff_cache

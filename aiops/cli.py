@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -167,6 +168,33 @@ def config_schema() -> None:
     typer.echo(schema_reference(), nl=False)
 
 
+ebpf_app = typer.Typer(no_args_is_help=True, help="The eBPF collector (root only).")
+app.add_typer(ebpf_app, name="ebpf")
+
+
+@ebpf_app.command("check")
+def ebpf_check(ctx: typer.Context) -> None:
+    """Say whether the eBPF collector can run here, and if not exactly why (exit 1)."""
+    from collectors.ebpf.collector import kernel_source, preflight
+
+    settings = _settings(ctx)
+    problems = preflight(settings.ebpf_kernel_source)
+    for p in problems:
+        err_console.print(f"[red]cannot run:[/red] {escape(p)}")
+    if problems:
+        raise typer.Exit(1)
+    console.print(f"the eBPF collector can run (kernel headers: "
+                  f"{kernel_source(settings.ebpf_kernel_source)})")
+
+
+@ebpf_app.command("run")
+def ebpf_run() -> None:
+    """Run the eBPF collector in the foreground (what `aiops up` starts)."""
+    from collectors.ebpf.__main__ import main as collector_main
+
+    raise typer.Exit(collector_main())
+
+
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (figures in docs/benchmarks.md).")
 app.add_typer(bench_app, name="bench")
 
@@ -224,11 +252,42 @@ def bench_serve(
     console.print(t)
 
 
+@bench_app.command("ebpf")
+def bench_ebpf(
+    syscalls: Annotated[int, typer.Option(help="Syscalls per timed loop.")] = 2_000_000,
+    rounds: Annotated[int, typer.Option(help="Off/on rounds (medians reported).")] = 3,
+    workload_s: Annotated[float, typer.Option(help="Seconds of mixed traffic.")] = 30.0,
+) -> None:
+    """Per-syscall cost with tracing on vs off; the collector's CPU share under load (root)."""
+    from aiops.bench.ebpf import run_ebpf
+
+    try:
+        r = run_ebpf(syscalls, rounds, workload_s)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    t = Table("ns per call", "tracing off", "empty programs", "tracing on", "ratio on/off",
+              title=f"ebpf: {syscalls:,} syscalls x {rounds} rounds; "
+                    f"{r.requests} requests in {workload_s:.0f} s")
+    for name, c in r.syscalls.items():
+        t.add_row(name, f"{c.off_ns:.0f}", f"{c.floor_ns:.0f} ({c.floor_ratio:.2f}x)",
+                  f"{c.on_ns:.0f}", f"{c.ratio:.2f}x")
+    console.print(t)
+    cores = os.cpu_count() or 1
+    console.print(f"collector CPU under the mixed workload: {r.collector_cpu_share:.2%} of one "
+                  f"core, {r.collector_cpu_share / cores:.2%} of this machine ({cores} cores)")
+
+
 @bench_app.command("all")
 def bench_all() -> None:
     """Every benchmark with its defaults (what `make bench` runs)."""
     bench_ingest()
     bench_serve()
+    from collectors.ebpf.collector import preflight
+
+    if preflight():
+        console.print("ebpf: skipped: " + "; ".join(preflight()))
+    else:
+        bench_ebpf()
 
 models_app = typer.Typer(no_args_is_help=True, help="Model specs.")
 app.add_typer(models_app, name="models")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 from pydantic_settings import (
@@ -67,7 +67,7 @@ class Settings(BaseSettings):
         8090, ge=1, le=65535, description="Port Ray exports its (and Serve's) Prometheus "
         "metrics on.")
     retention_hours: float = Field(
-        168.0, ge=0, description="Rows of spans, logs, metric points and eBPF samples older "
+        168.0, ge=0, description="Rows of spans, logs and metric points older "
         "than this move to Parquet under `<data_dir>/archive` (queryable as `<table>_all`); "
         "0 keeps everything in DuckDB.")
     retention_interval_s: float = Field(300.0, gt=0, description="Seconds between retention "
@@ -116,6 +116,21 @@ class Settings(BaseSettings):
     startup_timeout_s: float = Field(
         180.0, gt=0, description="How long `aiops up` waits for each component to become ready."
     )
+
+    # The eBPF collector (root only).
+    ebpf: Literal["auto", "on", "off"] = Field(
+        "auto", description="Start the eBPF collector with `aiops up`: `auto` when this machine "
+        "allows it (root, BPF, tracefs, kernel headers; the reason is printed otherwise), `on` "
+        "fails `aiops up` when it cannot start, `off` never.")
+    ebpf_interval_s: float = Field(
+        5.0, gt=0, description="Seconds between drains of the eBPF maps (one OTLP export each).")
+    ebpf_max_entries: int = Field(
+        8192, ge=64, description="Entries per eBPF map (processes, threads, devices, sockets); "
+        "updates beyond it are counted as drops.")
+    ebpf_kernel_source: Path | None = Field(
+        None, description="Kernel header tree for bcc (`BCC_KERNEL_SOURCE`). Default: "
+        "`/lib/modules/$(uname -r)/build` when present, else the merged Debian tree "
+        "`make ebpf-headers` prepares in `.build/kernel-headers`.")
 
     @property
     def db_path(self) -> Path:

@@ -51,11 +51,19 @@ def _json_as_varchar(conn: duckdb.DuckDBPyConnection) -> None:
                 conn.execute(f"ALTER TABLE {t.name} ALTER {c.name} TYPE VARCHAR")
 
 
+def _drop_ebpf_samples(conn: duckdb.DuckDBPyConnection) -> None:
+    # eBPF measurements arrive as OTLP metrics (metric_points, scope aiops.collectors.ebpf):
+    # one table per signal kind, not one per producer.
+    conn.execute("DROP VIEW IF EXISTS ebpf_samples_all")
+    conn.execute("DROP TABLE IF EXISTS ebpf_samples")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create telemetry tables", _create_tables),
     Migration(2, "provenance hash chain", _provenance),
     Migration(3, "retention bookkeeping", _retention),
     Migration(4, "JSON columns as VARCHAR (ingest speed)", _json_as_varchar),
+    Migration(5, "eBPF samples are metric points", _drop_ebpf_samples),
 )
 
 

@@ -16,7 +16,6 @@ import pyarrow as pa
 
 __all__ = [
     "ACTIONS",
-    "EBPF_SAMPLES",
     "INCIDENTS",
     "LEDGER",
     "LOGS",
@@ -167,22 +166,6 @@ METRIC_POINTS = Table(
     ),
 )
 
-EBPF_SAMPLES = Table(
-    "ebpf_samples",
-    "Kernel measurements from the eBPF collectors, attributed to processes.",
-    (
-        _c("time", Kind.TIMESTAMP, "Sample time, UTC.", required=True),
-        _c("host", Kind.VARCHAR, "Host name."),
-        _c("probe", Kind.VARCHAR, "The program, e.g. sched_runq_latency.", required=True),
-        _c("metric", Kind.VARCHAR, "What was measured.", required=True),
-        _c("value", Kind.DOUBLE, "Measured value."),
-        _c("pid", Kind.BIGINT, "Process id."),
-        _c("comm", Kind.VARCHAR, "Process command name."),
-        _c("replica", Kind.VARCHAR, "Serve replica the pid belongs to, when known."),
-        _c("attributes", Kind.JSON, "Other dimensions."),
-    ),
-)
-
 INCIDENTS = Table(
     "incidents",
     "Incidents opened by the detectors.",
@@ -250,7 +233,7 @@ PROVENANCE = Table(
     ),
 )
 
-TABLES: tuple[Table, ...] = (SPANS, LOGS, METRIC_POINTS, EBPF_SAMPLES, INCIDENTS, ACTIONS, LEDGER,
+TABLES: tuple[Table, ...] = (SPANS, LOGS, METRIC_POINTS, INCIDENTS, ACTIONS, LEDGER,
                              PROVENANCE)
 _BY_NAME = {t.name: t for t in TABLES}
 

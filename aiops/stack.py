@@ -153,12 +153,37 @@ def up(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> 
         url = f"{settings.serve_url}/healthz"
         _wait_ready(serve_proc, lambda: marker.exists() and _answers(url),
                     f"{marker} and {url}", settings.startup_timeout_s)
+        ebpf = _start_ebpf(settings, progress)
+        if ebpf is not None:
+            started.append(ebpf)
+            _write_state(settings, started)
     except BaseException:
         _stop(started)
         _state_path(settings).unlink(missing_ok=True)
         raise
     progress("stack is up")
     return started
+
+
+def _start_ebpf(settings: Settings, progress: Callable[[str], None]) -> Component | None:
+    """The eBPF collector, when this machine allows it (``ebpf=auto``) or must (``on``)."""
+    if settings.ebpf == "off":
+        return None
+    from collectors.ebpf.collector import READY_FILE as EBPF_READY_FILE
+    from collectors.ebpf.collector import preflight
+
+    problems = preflight(settings.ebpf_kernel_source)
+    if problems:
+        if settings.ebpf == "on":
+            raise StackError("the eBPF collector cannot start (AIOPS_EBPF=on): "
+                             + "; ".join(problems))
+        progress("eBPF collector not started: " + "; ".join(problems))
+        return None
+    progress("starting the eBPF collector")
+    collector = _spawn("ebpf", [sys.executable, "-m", "collectors.ebpf"], settings)
+    marker = settings.data_dir / EBPF_READY_FILE
+    _wait_ready(collector, marker.exists, str(marker), settings.startup_timeout_s)
+    return collector
 
 
 def _stop(components: list[Component], timeout_s: float = 60.0) -> None:
@@ -215,14 +240,20 @@ def down(settings: Settings, progress: Callable[[str], None] = lambda _: None) -
 
 
 def status(settings: Settings) -> list[dict[str, object]]:
-    """One row per component: pid, whether it runs, and whether its endpoint answers."""
+    """One row per component: pid, whether it runs, and whether it is healthy (its endpoint
+    answers; for the eBPF collector, which serves nothing, its ready marker is present)."""
+    from collectors.ebpf.collector import READY_FILE as EBPF_READY_FILE
+
     urls = {"server": f"{settings.server_url}/readyz", "serve": f"{settings.serve_url}/healthz"}
+    marker = settings.data_dir / EBPF_READY_FILE
     rows: list[dict[str, object]] = []
     for c in read_state(settings):
-        healthy = False
-        if _alive(c.pid):
-            with contextlib.suppress(httpx.HTTPError):
-                healthy = httpx.get(urls[c.name], timeout=2.0).status_code == 200
-        rows.append({"component": c.name, "pid": c.pid, "running": _alive(c.pid),
-                     "healthy": healthy, "url": urls[c.name], "log": c.log_file})
+        running = _alive(c.pid)
+        if c.name in urls:
+            healthy = running and _answers(urls[c.name])
+        else:
+            healthy = running and marker.exists()
+        rows.append({"component": c.name, "pid": c.pid, "running": running,
+                     "healthy": healthy, "url": urls.get(c.name, str(marker)),
+                     "log": c.log_file})
     return rows

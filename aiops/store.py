@@ -260,8 +260,7 @@ class Store:
 
 
 # Time-series tables and the column retention ages them by.
-_TIME_COLUMNS = {"spans": "start_time", "logs": "time", "metric_points": "time",
-                 "ebpf_samples": "time"}
+_TIME_COLUMNS = {"spans": "start_time", "logs": "time", "metric_points": "time"}
 TIME_SERIES_TABLES = tuple(_TIME_COLUMNS)
 
 

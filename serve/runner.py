@@ -13,6 +13,7 @@ Run as ``python -m serve.runner``; settings come from ``AIOPS_*`` like every aio
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import signal
@@ -26,6 +27,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from aiops.config import Settings, load_settings
 from aiops.logs import configure_json_logging
+from collectors.ebpf.attribution import REPLICAS_FILE
 from serve.app import APP_NAME
 from serve.control import DeployFailed, ServeControl
 from serve.control_api import create_control_app
@@ -47,8 +49,10 @@ POLL_S = 2.0
 class ServeWatcher:
     """Polls Serve's status and exposes it as gauges (per model deployment)."""
 
-    def __init__(self, options: ServeOptions, telemetry: Telemetry) -> None:
+    def __init__(self, options: ServeOptions, telemetry: Telemetry,
+                 replicas_file: Path | None = None) -> None:
         self.options = options
+        self.replicas_file = replicas_file
         self.by_deployment = {s.deployment_name: s for s in options.specs}
         self.app_name = options.app_name
         self.replicas: dict[str, int] = {}
@@ -95,6 +99,33 @@ class ServeWatcher:
                 healthy[name] = int(dep.status in ("HEALTHY", "UPSCALING", "DOWNSCALING"))
         # Swapped whole: the metrics thread reads these while we poll.
         self.replicas, self.healthy = replicas, healthy
+        if self.replicas_file is not None:
+            self._write_replica_pids(self.replicas_file)
+
+    def _write_replica_pids(self, path: Path) -> None:
+        """Which process is which Serve replica, from Ray's actor table (GCS; no dashboard
+        needed). Actor names are ``SERVE_REPLICA::<app>#<deployment>#<replica id>``."""
+        try:
+            from ray._private import state
+
+            actors = state.actors().values()
+        except Exception as exc:  # noqa: BLE001 - attribution is best effort
+            log.warning("could not list Ray actors: %s", exc)
+            return
+        rows = []
+        for actor in actors:
+            name, pid = actor.get("Name") or "", actor.get("Pid")
+            if actor.get("State") != "ALIVE" or not pid or not name.startswith("SERVE_REPLICA::"):
+                continue
+            app, _, rest = name.removeprefix("SERVE_REPLICA::").partition("#")
+            deployment, _, replica = rest.partition("#")
+            spec = self.by_deployment.get(deployment)
+            rows.append({"pid": int(pid), "app": app, "deployment": deployment,
+                         "replica": replica, "model": spec.name if spec else None,
+                         "version": spec.version if spec else None})
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rows, indent=1))
+        tmp.replace(path)
 
 
 def ray_deployer(client: Any, timeout_s: float) -> Any:
@@ -179,7 +210,7 @@ def run(settings: Settings, stop: threading.Event) -> None:
             trust=Trust.from_setting(settings.strict_packages, settings.trusted_keys),
             cluster_cpus=float(settings.ray_num_cpus))
         control.deploy()
-        watcher = ServeWatcher(options, telemetry)
+        watcher = ServeWatcher(options, telemetry, Path(settings.data_dir) / REPLICAS_FILE)
         watcher.poll()
         admin = uvicorn.Server(uvicorn.Config(
             create_control_app(control, admin_token(settings)), host=settings.serve_host,
@@ -198,6 +229,7 @@ def run(settings: Settings, stop: threading.Event) -> None:
         if admin is not None:
             admin.should_exit = True
         ready.unlink(missing_ok=True)
+        (Path(settings.data_dir) / REPLICAS_FILE).unlink(missing_ok=True)
         telemetry.shutdown()
         ray.shutdown()
 

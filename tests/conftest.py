@@ -89,5 +89,5 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """One real stack for the whole session: aiops server + local Ray + Serve with the
     models of tests/models-test.yaml."""
     with running_stack(tmp_path_factory.mktemp("stack"), TEST_MODELS,
-                       scrape_interval_s=2) as s:
+                       scrape_interval_s=2, ebpf_interval_s=1) as s:
         yield s

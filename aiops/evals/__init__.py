@@ -1,1 +1,3 @@
-"""Evaluations of the analytics on public corpora (../shared/datasets), behind `aiops bench rca|logs|anomaly`."""
+"""Evaluations of the analytics on public corpora (../shared/datasets).
+
+Behind `aiops bench rca|logs|anomaly`."""

@@ -48,8 +48,10 @@ class LlamaCppBackend:
                 from exc
         path = self.model_path
         try:
+            # n_threads_batch too: its default (every core) makes prompt processing start
+            # threads beyond the replica's CPU share, which then spin against its main thread.
             self._llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                              verbose=False)
+                              n_threads_batch=self.n_threads, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"llama.cpp cannot load {path}: {exc}") from exc
         log.info("loaded %s from %s", self.spec.name, path)

@@ -30,7 +30,7 @@ def test_arrow_schema_mirrors_the_declaration() -> None:
 
 def test_the_product_tables_are_all_declared() -> None:
     assert {t.name for t in TABLES} == {
-        "spans", "logs", "metric_points", "ebpf_samples", "incidents", "actions", "ledger",
+        "spans", "logs", "metric_points", "incidents", "actions", "ledger",
         "provenance"}
 
 

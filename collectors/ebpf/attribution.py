@@ -1,0 +1,155 @@
+"""Who a kernel measurement belongs to: thread -> process -> Ray Serve replica.
+
+The Serve driver writes ``<data_dir>/serve-replicas.json`` from Ray's actor table (pid, app,
+deployment, replica id, model, version). Processes it does not list but whose title Ray set
+(``ray::ServeReplica:<app>:<deployment>``) still get their app and deployment; everything
+else is named by its command. All of it comes from /proc and that file: nothing here needs
+Ray, so the collector runs (as root) outside the Ray cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["REPLICAS_FILE", "ProcessInfo", "Processes"]
+
+log = logging.getLogger(__name__)
+
+REPLICAS_FILE = "serve-replicas.json"  # in the data dir, written by serve.runner
+_TITLE_PREFIX = "ray::ServeReplica:"
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    comm: str
+    app: str | None = None
+    deployment: str | None = None
+    replica: str | None = None
+    model: str | None = None
+    version: str | None = None
+
+    def attributes(self) -> dict[str, str | int]:
+        """OTel attribute names, the same the replicas put on their own telemetry."""
+        out: dict[str, str | int] = {"process.pid": self.pid, "process.command": self.comm}
+        for key, value in (("ray.serve.app", self.app), ("ray.serve.deployment", self.deployment),
+                           ("ray.serve.replica", self.replica),
+                           ("gen_ai.request.model", self.model),
+                           ("aiops.model.version", self.version)):
+            if value:
+                out[key] = value
+        return out
+
+
+class Processes:
+    """Caches tid -> tgid and tgid -> ProcessInfo; ``forget`` on exit keeps pid reuse honest."""
+
+    def __init__(self, replicas_file: Path | None = None, proc: Path = Path("/proc")) -> None:
+        self.replicas_file = replicas_file
+        self.proc = proc
+        self._replicas: dict[int, dict[str, str | None]] = {}
+        self._replicas_mtime = 0.0
+        self._tgid: dict[int, int] = {}
+        self._info: dict[int, ProcessInfo] = {}
+
+    def refresh(self) -> None:
+        """Re-read the replica file when it changed (the driver rewrites it every few s)."""
+        if self.replicas_file is None:
+            return
+        try:
+            mtime = self.replicas_file.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if mtime == self._replicas_mtime:
+            return
+        try:
+            rows = json.loads(self.replicas_file.read_text())
+        except (OSError, ValueError) as exc:
+            log.warning("unreadable %s: %s", self.replicas_file, exc)
+            return
+        self._replicas_mtime = mtime
+        self._replicas = {int(r["pid"]): r for r in rows if isinstance(r, dict) and "pid" in r}
+        self._info.clear()  # a replica may have moved into a known pid
+
+    def tgid_of(self, tid: int) -> int | None:
+        if tid in self._tgid:
+            return self._tgid[tid]
+        try:
+            status = (self.proc / str(tid) / "status").read_text()
+        except OSError:
+            return None  # gone already: its samples are dropped with it
+        for line in status.splitlines():
+            if line.startswith("Tgid:"):
+                tgid = int(line.split()[1])
+                self._tgid[tid] = tgid
+                return tgid
+        return None
+
+    def info(self, pid: int) -> ProcessInfo:
+        cached = self._info.get(pid)
+        if cached is not None:
+            return cached
+        comm = self._read(pid, "comm").strip() or "?"
+        replica = self._replicas.get(pid)
+        if replica is not None:
+            info = ProcessInfo(pid, comm, replica.get("app"), replica.get("deployment"),
+                               replica.get("replica"), replica.get("model"),
+                               replica.get("version"))
+        else:
+            info = _from_title(pid, comm, self._read(pid, "cmdline"))
+        self._info[pid] = info
+        return info
+
+    def forget(self, pid: int) -> None:
+        self._info.pop(pid, None)
+        for tid in [t for t, g in self._tgid.items() if g == pid]:
+            del self._tgid[tid]
+
+    def owner_of_port(self, local_port: int) -> int | None:
+        """The process holding a TCP socket bound to ``local_port`` (retransmits fire in
+        softirq context, where the current pid says nothing)."""
+        inodes = set()
+        for table in ("net/tcp", "net/tcp6"):
+            for line in self._read_lines(self.proc / table)[1:]:
+                fields = line.split()
+                if len(fields) > 9 and int(fields[1].rsplit(":", 1)[1], 16) == local_port:
+                    inodes.add(f"socket:[{fields[9]}]")
+        if not inodes:
+            return None
+        for entry in self.proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                for fd in (entry / "fd").iterdir():
+                    if os.readlink(fd) in inodes:
+                        return int(entry.name)
+            except OSError:
+                continue
+        return None
+
+    def _read(self, pid: int, name: str) -> str:
+        try:
+            return (self.proc / str(pid) / name).read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
+        except OSError:
+            return ""
+
+    @staticmethod
+    def _read_lines(path: Path) -> list[str]:
+        try:
+            return path.read_text().splitlines()
+        except OSError:
+            return []
+
+
+def _from_title(pid: int, comm: str, cmdline: str) -> ProcessInfo:
+    title = cmdline.strip()
+    if not title.startswith(_TITLE_PREFIX):
+        return ProcessInfo(pid, comm)
+    app, _, deployment = title.removeprefix(_TITLE_PREFIX).split(" ")[0].partition(":")
+    # Ray appends the running method: "ray::ServeReplica:app:Deployment.handle_request".
+    return ProcessInfo(pid, comm, app or None, deployment.split(".")[0] or None)

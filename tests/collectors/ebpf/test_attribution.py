@@ -1,0 +1,65 @@
+"""Attribution: thread -> process -> Serve replica, from /proc and the driver's replica file."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+from collectors.ebpf.attribution import Processes, ProcessInfo, _from_title
+
+
+def test_a_thread_resolves_to_its_process() -> None:
+    tids: list[int] = []
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (tids.append(threading.get_native_id()), done.wait()))
+    t.start()
+    try:
+        while not tids:
+            pass
+        assert tids[0] != os.getpid()
+        assert Processes().tgid_of(tids[0]) == os.getpid()
+    finally:
+        done.set()
+        t.join()
+
+
+def test_a_gone_thread_resolves_to_nothing() -> None:
+    assert Processes().tgid_of(2**22 + 12345) is None
+
+
+def test_a_listed_replica_carries_its_serve_identity(tmp_path: Path) -> None:
+    replicas = tmp_path / "serve-replicas.json"
+    replicas.write_text(json.dumps([{"pid": os.getpid(), "app": "smollm2-v2",
+                                     "deployment": "smollm2-v2", "replica": "abc123",
+                                     "model": "smollm2", "version": "v2"}]))
+    procs = Processes(replicas)
+    procs.refresh()
+    attrs = procs.info(os.getpid()).attributes()
+    assert attrs["ray.serve.deployment"] == "smollm2-v2"
+    assert attrs["ray.serve.replica"] == "abc123"
+    assert attrs["aiops.model.version"] == "v2"
+    assert attrs["process.pid"] == os.getpid()
+    assert attrs["process.command"] == Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+
+
+def test_an_unlisted_process_is_named_by_its_command() -> None:
+    info = Processes().info(os.getpid())
+    assert info.replica is None
+    assert set(info.attributes()) == {"process.pid", "process.command"}
+
+
+def test_ray_process_titles_give_app_and_deployment() -> None:
+    info = _from_title(42, "ray::ServeRepli",
+                       "ray::ServeReplica:minilm-v1:minilm-v1.handle_request_with_rejection ")
+    assert info == ProcessInfo(42, "ray::ServeRepli", "minilm-v1", "minilm-v1")
+    assert _from_title(7, "python", "python -m pytest") == ProcessInfo(7, "python")
+
+
+def test_the_owner_of_a_local_port_is_found() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert Processes().owner_of_port(s.getsockname()[1]) == os.getpid()
