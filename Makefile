@@ -5,11 +5,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.aiops-installed
-EXTRAS ?= serve,analytics,dev
+EXTRAS ?= serve,analytics,dashboards,dev
 # Debian packages: a C/C++ toolchain and cmake, to compile llama-cpp-python (no wheel on PyPI);
-# bcc (python3-bpfcc) and Debian's kernel headers for the eBPF collector.
+# bcc (python3-bpfcc) and Debian's kernel headers for the eBPF collector; Prometheus, which the
+# dashboard tests run every PromQL panel query against.
 ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
-DEB_PACKAGES := build-essential cmake python3-bpfcc linux-headers-$(ARCH)
+DEB_PACKAGES := build-essential cmake python3-bpfcc linux-headers-$(ARCH) prometheus
 # Where the running kernel ships no headers, bcc gets this merged tree (BCC_KERNEL_SOURCE).
 KERNEL_HEADERS := .build/kernel-headers
 
@@ -74,8 +75,8 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	touch $@
 
 test: install vllm-env
-	@# As root the eBPF tests must run (not skip): that is how CI runs.
-	@if [ "$$(id -u)" = 0 ]; then export AIOPS_REQUIRE_EBPF=1; fi; \
+	@# As root the eBPF and Prometheus tests must run (not skip): that is how CI runs.
+	@if [ "$$(id -u)" = 0 ]; then export AIOPS_REQUIRE_EBPF=1 AIOPS_REQUIRE_PROMETHEUS=1; fi; \
 	AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1 $(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure"; exit 1; fi; \
 	exit $$rc

@@ -23,6 +23,17 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 config_app = typer.Typer(no_args_is_help=True, help="Show or document the configuration.")
 app.add_typer(config_app, name="config")
 
+def _mount_optional() -> None:
+    """Command groups whose modules live beside the core (dashboards as code, Kubernetes)."""
+    from aiops.k8s.cli import app as k8s_app
+    from dashboards.cli import app as dashboards_app
+
+    app.add_typer(dashboards_app, name="dashboards")
+    app.add_typer(k8s_app, name="k8s")
+
+
+_mount_optional()
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -137,6 +148,116 @@ def sql(
     console.print(t)
     if result["truncated"]:
         err_console.print(f"[yellow]truncated to {len(result['rows'])} rows[/yellow]")
+
+
+incidents_app = typer.Typer(no_args_is_help=False, invoke_without_command=True,
+                            help="Incidents the analytics opened (latest state).")
+app.add_typer(incidents_app, name="incidents")
+
+
+@incidents_app.callback()
+def incidents(
+    ctx: typer.Context,
+    status: Annotated[str, typer.Option(help="open, mitigating, resolved, active or all.")]
+    = "active",
+) -> None:
+    """List incidents (`aiops incidents show ID` for one with its evidence)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from aiops.client import ServerClient
+
+    try:
+        with ServerClient(_settings(ctx).server_url) as client:
+            rows = client.incidents(None if status == "all" else status)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    t = Table("incident", "opened", "status", "severity", "service", "version", "fault",
+              "summary", title=f"incidents ({status})")
+    for r in rows:
+        t.add_row(r["incident_id"], str(r["opened_at"])[:19], r["status"], r["severity"] or "",
+                  r["service"] or "", r["model_version"] or "", r["fault_class"] or "",
+                  escape(r["summary"] or ""))
+    console.print(t)
+
+
+@incidents_app.command("show")
+def incident_show(ctx: typer.Context, incident_id: str,
+                  as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """One incident: root causes with confidence and evidence ids, findings, context."""
+    from aiops.client import ServerClient
+
+    try:
+        with ServerClient(_settings(ctx).server_url) as client:
+            inc = client.incident(incident_id)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        typer.echo(json.dumps(inc, indent=2))
+        return
+    console.print(f"[bold]{inc['incident_id']}[/bold] {inc['status']} ({inc['severity']}): "
+                  f"{escape(inc['summary'] or '')}")
+    t = Table("rank", "entity", "fault", "confidence", "detectors", "evidence")
+    for i, c in enumerate(inc["evidence"].get("root_causes", []), 1):
+        ids = ", ".join(f"{e['kind']}:{e['id']}" for e in c["evidence"][:4])
+        t.add_row(str(i), c["entity"], c["fault_class"], f"{c['confidence']:.0%}",
+                  ", ".join(c["detectors"]), escape(ids))
+    console.print(t)
+    for c in inc["evidence"].get("context", []):
+        console.print(f"  context {c['kind']}: {escape(str(c.get('id')))}")
+
+
+actions_app = typer.Typer(no_args_is_help=False, invoke_without_command=True,
+                          help="Remediation actions; approve or deny pending ones.")
+app.add_typer(actions_app, name="actions")
+
+
+@actions_app.callback()
+def actions(
+    ctx: typer.Context,
+    status: Annotated[str | None, typer.Option(help="Only this status (e.g. pending).")] = None,
+) -> None:
+    """List remediation actions in their latest state."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from aiops.client import ServerClient
+
+    try:
+        with ServerClient(_settings(ctx).server_url) as client:
+            rows = client.actions(status)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    t = Table("action", "incident", "kind", "target", "mode", "status", "outcome")
+    for r in rows:
+        t.add_row(r["action_id"], r["incident_id"] or "", r["kind"], r["target"] or "",
+                  r["mode"] or "", r["status"] or "", escape(json.dumps(r["outcome"])[:80]))
+    console.print(t)
+
+
+def _decide(ctx: typer.Context, action_id: str, approve: bool, user: str) -> None:
+    from aiops.client import ServerClient
+    from aiops.lifecycle import admin_token
+
+    settings = _settings(ctx)
+    try:
+        with ServerClient(settings.server_url) as client:
+            result = client.decide(action_id, approve, admin_token(settings), user)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    console.print(f"{result['action_id']}: {result['status']} ({result['description']})")
+
+
+@actions_app.command("approve")
+def action_approve(ctx: typer.Context, action_id: str,
+                   user: Annotated[str, typer.Option(help="Who approves.")] = "cli") -> None:
+    """Approve a pending action: it runs now."""
+    _decide(ctx, action_id, True, user)
+
+
+@actions_app.command("deny")
+def action_deny(ctx: typer.Context, action_id: str,
+                user: Annotated[str, typer.Option(help="Who denies.")] = "cli") -> None:
+    """Deny a pending action."""
+    _decide(ctx, action_id, False, user)
 
 
 @app.command()
@@ -275,6 +396,62 @@ def bench_ebpf(
     cores = os.cpu_count() or 1
     console.print(f"collector CPU under the mixed workload: {r.collector_cpu_share:.2%} of one "
                   f"core, {r.collector_cpu_share / cores:.2%} of this machine ({cores} cores)")
+
+
+@bench_app.command("mttr")
+def bench_mttr(runs: Annotated[int, typer.Option(help="Fault/recovery cycles.")] = 3) -> None:
+    """Canary latency fault -> detected -> rolled back -> SLI recovered, on the embedded stack."""
+    from aiops.bench.mttr import run_mttr
+
+    try:
+        r = run_mttr(runs)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    t = Table("run", "detected (s)", "rolled back (s)", "recovered (s)",
+              title="mttr: seconds from the faulty canary taking traffic")
+    for i, run in enumerate(r.runs, 1):
+        t.add_row(str(i), f"{run.detected_s:.1f}", f"{run.acted_s:.1f}",
+                  f"{run.recovered_s:.1f}")
+    t.add_row("median", f"{r.median('detected_s'):.1f}", f"{r.median('acted_s'):.1f}",
+              f"{r.median('recovered_s'):.1f}")
+    console.print(t)
+
+
+DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+DatasetsOption = Annotated[Path, typer.Option(
+    help="Root of the public corpora (nezha/, rcd_sockshop/, loghub2k/, nab/, published/).")]
+
+
+@bench_app.command("rca")
+def bench_rca(datasets: DatasetsOption = DATASETS) -> None:
+    """Root-cause ranking: Nezha (AS@1/3/5 per system) and RCD Sock Shop (Avg@5)."""
+    from aiops.evals import nezha, sockshop
+
+    _need(datasets / "nezha", datasets / "rcd_sockshop")
+    published = datasets / "published"
+    console.print(nezha.render(nezha.run_nezha(datasets / "nezha"),
+                               published / "nezha_fse23_table3_table4.csv"))
+    console.print(sockshop.render(sockshop.run_sockshop(datasets / "rcd_sockshop"),
+                                  published / "rcaeval_ase24_table5_avg5.csv"))
+
+
+@bench_app.command("logs")
+def bench_logs(datasets: DatasetsOption = DATASETS) -> None:
+    """Log parsing on Loghub-2.0 2k: GA and PA per system, beside Drain's published rows."""
+    from aiops.evals.loghub import render, run_loghub
+
+    _need(datasets / "loghub2k")
+    console.print(render(run_loghub(datasets / "loghub2k",
+                                    datasets / "published"
+                                    / "loghub2_issta24_effectiveness_2k_vs_full.csv")))
+
+
+def _need(*folders: Path) -> None:
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        err_console.print(f"[red]error:[/red] corpus folder(s) not found: {', '.join(missing)} "
+                          "(pass --datasets)")
+        raise typer.Exit(2)
 
 
 @bench_app.command("all")

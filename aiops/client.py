@@ -17,7 +17,9 @@ def error_message(resp: httpx.Response) -> str:
         body = resp.json()
     except ValueError:
         return resp.text
-    return str(body.get("error", resp.text)) if isinstance(body, dict) else resp.text
+    if not isinstance(body, dict):
+        return resp.text
+    return str(body.get("error") or body.get("detail") or resp.text)
 
 
 class QueryFailed(AIOpsError):
@@ -49,6 +51,44 @@ class ServerClient:
         """Rows of a query as dicts keyed by column name."""
         result = self.sql(query, params)
         return [dict(zip(result["columns"], r, strict=True)) for r in result["rows"]]
+
+    def _get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        try:
+            resp = self._http.get(path, params=params)
+        except httpx.HTTPError as exc:
+            raise StackError(f"cannot reach the aiops server at {self._http.base_url}: {exc}") \
+                from exc
+        if resp.status_code != 200:
+            raise QueryFailed(f"HTTP {resp.status_code}: {error_message(resp)}")
+        result: dict[str, Any] = resp.json()
+        return result
+
+    def incidents(self, status: str | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._get(
+            "/api/v1/incidents", {"status": status} if status else None)["incidents"]
+        return found
+
+    def incident(self, incident_id: str) -> dict[str, Any]:
+        return self._get(f"/api/v1/incidents/{incident_id}")
+
+    def actions(self, status: str | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._get(
+            "/api/v1/actions", {"status": status} if status else None)["actions"]
+        return found
+
+    def decide(self, action_id: str, approve: bool, token: str, user: str) -> dict[str, Any]:
+        """Approve or deny a pending action (needs the admin token)."""
+        verdict = "approve" if approve else "deny"
+        try:
+            resp = self._http.post(f"/api/v1/actions/{action_id}/{verdict}", headers={
+                "authorization": f"Bearer {token}", "x-aiops-user": user})
+        except httpx.HTTPError as exc:
+            raise StackError(f"cannot reach the aiops server at {self._http.base_url}: {exc}") \
+                from exc
+        if resp.status_code != 200:
+            raise QueryFailed(f"HTTP {resp.status_code}: {error_message(resp)}")
+        result: dict[str, Any] = resp.json()
+        return result
 
     def close(self) -> None:
         self._http.close()

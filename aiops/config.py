@@ -117,6 +117,26 @@ class Settings(BaseSettings):
         180.0, gt=0, description="How long `aiops up` waits for each component to become ready."
     )
 
+    # Live analytics (in the server).
+    analytics: bool = Field(True, description="Run the detectors and keep incidents in the "
+                            "server.")
+    analytics_interval_s: float = Field(5.0, gt=0, description="Seconds between analytics "
+                                        "rounds.")
+    analytics_window_s: float = Field(
+        20.0, gt=0, description="Current window of the trace and eBPF detectors, seconds; "
+        "compared with the 10 minutes before it (or with sibling versions).")
+    analytics_burn_windows: str = Field(
+        "60/10/6,600/60/3", description="SLO burn-rate window pairs `long/short/threshold` "
+        "(seconds, seconds, burn rate), comma-separated; a pair fires when both windows burn "
+        "faster than the threshold.")
+    analytics_resolve_after_s: float = Field(
+        30.0, gt=0, description="An incident resolves after this many seconds without a "
+        "firing detector.")
+
+    policy_file: Path | None = Field(
+        None, description="Remediation policy (YAML, see docs/remediation.md). Default: the "
+        "packaged policy, which dry-runs every action.")
+
     # The eBPF collector (root only).
     ebpf: Literal["auto", "on", "off"] = Field(
         "auto", description="Start the eBPF collector with `aiops up`: `auto` when this machine "

@@ -97,7 +97,7 @@ def verify_chain(rows: Iterable[tuple[int, str, str, str]],
     return problems
 
 
-CHAINED_TABLES = ("provenance",)
+CHAINED_TABLES = ("provenance", "ledger")
 
 
 def verify_table(store: Any, table_name: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from aiops.client import error_message
 from aiops.config import Settings
 from aiops.errors import AIOpsError, StackError
 
-__all__ = ["ADMIN_TOKEN_FILE", "LifecycleClient", "LifecycleError"]
+__all__ = ["ADMIN_TOKEN_FILE", "LifecycleClient", "LifecycleError", "admin_token"]
 
 # Written by the Serve driver when AIOPS_ADMIN_TOKEN is empty (see serve.runner).
 ADMIN_TOKEN_FILE = "admin.token"
@@ -30,15 +30,8 @@ class LifecycleClient:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LifecycleClient:
-        token = settings.admin_token
-        if not token:
-            path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
-            try:
-                token = path.read_text().strip()
-            except OSError as exc:
-                raise StackError(f"no admin token: set AIOPS_ADMIN_TOKEN or start the stack "
-                                 f"(`aiops up`), which writes {path}") from exc
-        return cls(f"http://{settings.serve_host}:{settings.control_port}", token)
+        return cls(f"http://{settings.serve_host}:{settings.control_port}",
+                   admin_token(settings))
 
     def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         try:
@@ -70,6 +63,11 @@ class LifecycleClient:
     def rollback(self, model: str) -> dict[str, Any]:
         return self._call("POST", f"/v1/models/{model}/rollback")
 
+    def scale(self, model: str, version: str, min_replicas: int, max_replicas: int
+              ) -> dict[str, Any]:
+        return self._call("POST", f"/v1/models/{model}/versions/{version}/scale",
+                          {"min_replicas": min_replicas, "max_replicas": max_replicas})
+
     def set_faults(self, model: str, version: str, faults: dict[str, Any]) -> dict[str, Any]:
         return self._call("PUT", f"/v1/models/{model}/versions/{version}/faults", faults)
 
@@ -81,3 +79,15 @@ class LifecycleClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def admin_token(settings: Settings) -> str:
+    """The admin token: AIOPS_ADMIN_TOKEN, else the one `aiops up` wrote to the data dir."""
+    if settings.admin_token:
+        return settings.admin_token
+    path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise StackError(f"no admin token: set AIOPS_ADMIN_TOKEN or start the stack "
+                         f"(`aiops up`), which writes {path}") from exc

@@ -58,12 +58,35 @@ def _drop_ebpf_samples(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute("DROP TABLE IF EXISTS ebpf_samples")
 
 
+CURRENT_INCIDENTS = """CREATE OR REPLACE VIEW incidents_current AS
+SELECT * FROM incidents
+QUALIFY row_number() OVER (PARTITION BY incident_id ORDER BY updated_at DESC) = 1"""
+
+
+def _incident_history(conn: duckdb.DuckDBPyConnection) -> None:
+    # Incidents change (open -> mitigating -> resolved): each change is appended as a row.
+    conn.execute("ALTER TABLE incidents ADD COLUMN IF NOT EXISTS updated_at TIMESTAMP_NS")
+    conn.execute(CURRENT_INCIDENTS)
+
+
+CURRENT_ACTIONS = """CREATE OR REPLACE VIEW actions_current AS
+SELECT * FROM actions
+QUALIFY row_number() OVER (PARTITION BY action_id ORDER BY updated_at DESC) = 1"""
+
+
+def _action_history(conn: duckdb.DuckDBPyConnection) -> None:
+    conn.execute("ALTER TABLE actions ADD COLUMN IF NOT EXISTS updated_at TIMESTAMP_NS")
+    conn.execute(CURRENT_ACTIONS)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create telemetry tables", _create_tables),
     Migration(2, "provenance hash chain", _provenance),
     Migration(3, "retention bookkeeping", _retention),
     Migration(4, "JSON columns as VARCHAR (ingest speed)", _json_as_varchar),
     Migration(5, "eBPF samples are metric points", _drop_ebpf_samples),
+    Migration(6, "incident history (updated_at) and incidents_current", _incident_history),
+    Migration(7, "action history (updated_at) and actions_current", _action_history),
 )
 
 

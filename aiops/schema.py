@@ -173,14 +173,17 @@ INCIDENTS = Table(
         _c("incident_id", Kind.VARCHAR, "Unique id.", required=True),
         _c("opened_at", Kind.TIMESTAMP, "When it was opened.", required=True),
         _c("closed_at", Kind.TIMESTAMP, "When it was resolved."),
-        _c("status", Kind.VARCHAR, "open, mitigated or resolved.", required=True),
+        _c("status", Kind.VARCHAR, "open, mitigating or resolved.", required=True),
         _c("severity", Kind.VARCHAR, "Severity."),
         _c("service", Kind.VARCHAR, "Attributed service."),
         _c("replica", Kind.VARCHAR, "Attributed replica."),
         _c("model_version", Kind.VARCHAR, "Attributed model version."),
         _c("fault_class", Kind.VARCHAR, "Attributed fault class."),
         _c("summary", Kind.VARCHAR, "One-line summary."),
-        _c("evidence", Kind.JSON, "Traces, log templates, metric deltas, eBPF signals."),
+        _c("evidence", Kind.JSON, "Root causes, findings and context: traces, log "
+           "templates, metric deltas, eBPF signals, changes."),
+        _c("updated_at", Kind.TIMESTAMP, "When this state was written: each change is a new "
+           "row; the latest row per incident_id is its state (view incidents_current)."),
     ),
 )
 
@@ -194,9 +197,12 @@ ACTIONS = Table(
         _c("kind", Kind.VARCHAR, "scale, rollback, shift_traffic, shed_load ...", required=True),
         _c("target", Kind.VARCHAR, "Deployment or model version acted on."),
         _c("params", Kind.JSON, "Parameters."),
-        _c("mode", Kind.VARCHAR, "dry_run, approval or auto."),
-        _c("status", Kind.VARCHAR, "planned, approved, executed, verified, failed."),
+        _c("mode", Kind.VARCHAR, "off, dry_run, approve or auto (the policy's decision)."),
+        _c("status", Kind.VARCHAR, "proposed, denied, dry_run, pending, approved, executed, "
+           "verified, failed, expired."),
         _c("outcome", Kind.JSON, "What happened, including verification."),
+        _c("updated_at", Kind.TIMESTAMP, "When this state was written: each change is a new "
+           "row; the latest per action_id is its state (view actions_current)."),
     ),
 )
 

@@ -39,6 +39,9 @@ __all__ = [
 APP_NAME = "aiops"
 STICKY_HEADER = "x-aiops-session"
 # Spec fields that change in place (user_config) rather than by redeploying the version.
+# (Autoscaling bounds as a config-file override of the deployment did not take effect on
+# Ray 2.60 here: the chat model stopped scaling out. They stay in the build arguments, so a
+# `scale` redeploys that version's replicas.)
 _LIVE_FIELDS = {"traffic", "faults"}
 
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from aiops.errors import AIOpsError
 from serve.app import deploy_config
 from serve.gates import GateFailed, Trust, static_checks
-from serve.specs import Faults, ModelSpec, SpecFile
+from serve.specs import Autoscaling, Faults, ModelSpec, SpecFile
 from serve.telemetry import TelemetryConfig
 
 __all__ = ["ControlError", "DeployFailed", "GateRefused", "NotFound", "ServeControl"]
@@ -83,6 +83,8 @@ class ServeControl:
                 "version": s.version, "weight": _weight(s), "backend": s.backend,
                 "deployment": s.deployment_name,
                 "digest": s.artifact.digest() if s.artifact is not None else None,
+                "autoscaling": {"min_replicas": s.autoscaling.min_replicas,
+                                "max_replicas": s.autoscaling.max_replicas},
                 "faults": s.faults.model_dump(exclude_defaults=True)})
         return {"models": models}
 
@@ -178,6 +180,21 @@ class ServeControl:
                 raise ControlError(f"invalid faults: {exc.errors()[0]['msg']}") from exc
             target = self._version(model, version)
             specs = [s.model_copy(update={"faults": parsed}) if s is target else s
+                     for s in self._specs]
+            self._deploy(specs)
+
+    def scale(self, model: str, version: str, min_replicas: int, max_replicas: int) -> None:
+        """New autoscaling bounds for one version (its replicas are redeployed; the other
+        versions and models are untouched)."""
+        with self._lock:
+            target = self._version(model, version)
+            try:
+                bounds = Autoscaling.model_validate({**target.autoscaling.model_dump(),
+                                                     "min_replicas": min_replicas,
+                                                     "max_replicas": max_replicas})
+            except ValidationError as exc:
+                raise ControlError(f"invalid scale: {exc.errors()[0]['msg']}") from exc
+            specs = [s.model_copy(update={"autoscaling": bounds}) if s is target else s
                      for s in self._specs]
             self._deploy(specs)
 

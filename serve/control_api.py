@@ -39,6 +39,11 @@ class VersionBody(BaseModel):
     version: str
 
 
+class ScaleBody(BaseModel):
+    min_replicas: int = Field(ge=0)
+    max_replicas: int = Field(ge=1)
+
+
 def create_control_app(control: ServeControl, token: str) -> FastAPI:
     app = FastAPI(title="aiops serve control plane")
 
@@ -92,6 +97,12 @@ def create_control_app(control: ServeControl, token: str) -> FastAPI:
     @app.post("/v1/models/{model}/rollback")
     async def rollback(model: str) -> dict[str, Any]:
         await run_in_threadpool(control.rollback, model)
+        return _model_status(control, model)
+
+    @app.post("/v1/models/{model}/versions/{version}/scale")
+    async def scale(model: str, version: str, body: ScaleBody) -> dict[str, Any]:
+        await run_in_threadpool(control.scale, model, version, body.min_replicas,
+                                body.max_replicas)
         return _model_status(control, model)
 
     @app.put("/v1/models/{model}/versions/{version}/faults")

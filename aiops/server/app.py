@@ -1,18 +1,23 @@
 """The aiops server: one process that owns the DuckDB file.
 
 Routes: ``/healthz`` (alive), ``/readyz`` (store usable), ``/metrics`` (its own Prometheus
-metrics), the OTLP/HTTP receiver (``/v1/traces|logs|metrics``) and the read-only SQL API
+metrics), ``/metrics/otlp`` (the OTLP metrics in the store, for Prometheus), the OTLP/HTTP
+receiver (``/v1/traces|logs|metrics``) and the read-only SQL API
 (``POST /api/v1/sql``). ``create_app`` takes its dependencies so tests pass real ones.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import secrets
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -26,10 +31,17 @@ from prometheus_client import (
 )
 from pydantic import BaseModel, Field
 
+from aiops.analytics.engine import Analyzer, AnalyzerConfig, objectives_from_specs
+from aiops.analytics.slo import parse_windows
+from aiops.analytics.traces import TraceThresholds
 from aiops.config import Settings
-from aiops.errors import AIOpsError, QueryRejected, StoreError
+from aiops.errors import AIOpsError, QueryRejected, StackError, StoreError
 from aiops.ledger import verify_table
+from aiops.lifecycle import LifecycleClient, admin_token
+from aiops.remediation.policy import load_policy
+from aiops.remediation.remediator import Remediator
 from aiops.retention import Retention
+from aiops.server.exposition import StoreCollector
 from aiops.store import Store
 from collectors.otlp.receiver import ReceiverMetrics, make_router
 from collectors.otlp.writer import BatchWriter, MemoryBudget
@@ -66,13 +78,35 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
     retention = Retention(store, settings.retention_hours, settings.retention_interval_s) \
         if settings.retention_hours else None
 
+    remediator = Remediator(store, load_policy(settings.policy_file),
+                            lambda: LifecycleClient.from_settings(settings))
+    analyzer = _analyzer(settings, store, remediator) if settings.analytics else None
+
+    def require_token(request: Request) -> None:
+        """Mutating endpoints want the admin token (the control plane's): 401 without one,
+        403 with a wrong one."""
+        given = request.headers.get("authorization", "")
+        if not given.lower().startswith("bearer "):
+            raise HTTPException(401, "this endpoint needs the admin token: "
+                                "'Authorization: Bearer <token>' (<data_dir>/admin.token)")
+        try:
+            expected = admin_token(settings)
+        except StackError as exc:
+            raise HTTPException(503, str(exc)) from exc
+        if not secrets.compare_digest(given[7:].strip(), expected):
+            raise HTTPException(403, "wrong admin token")
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if scraper is not None:
             scraper.start()
         if retention is not None:
             retention.start()
+        if analyzer is not None:
+            analyzer.start()
         yield
+        if analyzer is not None:
+            analyzer.close()
         if retention is not None:
             retention.close()
         if scraper is not None:
@@ -116,6 +150,75 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    # Serving metrics arrive as OTLP and live in DuckDB: re-exposed here for Prometheus.
+    otlp_registry = CollectorRegistry()
+    otlp_registry.register(StoreCollector(store))
+
+    @app.get("/metrics/otlp")
+    async def otlp_metrics() -> Response:
+        body = await run_in_threadpool(generate_latest, otlp_registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/v1/incidents")
+    async def list_incidents(status: str | None = None, limit: int = 50) -> JSONResponse:
+        """Incidents, newest first, in their latest state (``status``: open, mitigating,
+        resolved, or ``active`` for open + mitigating)."""
+        wanted = {"active": ["open", "mitigating"]}.get(status or "", [status] if status else [])
+        if any(w not in ("open", "mitigating", "resolved") for w in wanted):
+            return JSONResponse({"error": f"unknown status {status!r}: use open, mitigating, "
+                                 "resolved or active"}, status_code=400)
+        where = "WHERE status IN (SELECT unnest(?::VARCHAR[]))" if wanted else ""
+        result = await run_in_threadpool(
+            store.query, f"SELECT * EXCLUDE (evidence) FROM incidents_current {where} "
+            "ORDER BY opened_at DESC", [wanted] if wanted else [], max(1, min(limit, 1000)))
+        return JSONResponse({"incidents": [_jsonable(dict(zip(result.columns, r,
+                                                               strict=True)))
+                                           for r in result.rows]})
+
+    @app.get("/api/v1/incidents/{incident_id}")
+    async def get_incident(incident_id: str) -> JSONResponse:
+        """One incident's latest state with its evidence (root causes, findings, context)."""
+        result = await run_in_threadpool(
+            store.query, "SELECT * FROM incidents_current WHERE incident_id = ?", [incident_id])
+        if not result.rows:
+            return JSONResponse({"error": f"no incident {incident_id!r}"}, status_code=404)
+        row = _jsonable(dict(zip(result.columns, result.rows[0], strict=True)))
+        row["evidence"] = json.loads(row["evidence"] or "{}")
+        return JSONResponse(row)
+
+    @app.get("/api/v1/actions")
+    async def list_actions(status: str | None = None, limit: int = 100) -> JSONResponse:
+        """Remediation actions in their latest state, newest first (``status=pending`` for
+        the ones waiting for an approver)."""
+        where, params = ("WHERE status = ?", [status]) if status else ("", [])
+        result = await run_in_threadpool(
+            store.query, f"SELECT * FROM actions_current {where} ORDER BY created_at DESC",
+            params, max(1, min(limit, 1000)))
+        rows = [_jsonable(dict(zip(result.columns, r, strict=True))) for r in result.rows]
+        for r in rows:
+            r["params"], r["outcome"] = json.loads(r["params"] or "{}"), \
+                json.loads(r["outcome"] or "{}")
+        return JSONResponse({"actions": rows})
+
+    @app.post("/api/v1/actions/{action_id}/{verdict}")
+    async def decide_action(action_id: str, verdict: str, request: Request) -> JSONResponse:
+        """Approve or deny a pending action (admin token)."""
+        require_token(request)
+        if verdict not in ("approve", "deny"):
+            return JSONResponse({"error": f"unknown verdict {verdict!r}: approve or deny"},
+                                status_code=404)
+        who = request.headers.get("x-aiops-user", "api")
+        tracker = analyzer.tracker if analyzer is not None else None
+        try:
+            result = await run_in_threadpool(remediator.decide_pending, action_id,
+                                             verdict == "approve", f"user:{who}",
+                                             time.time_ns(), tracker)
+        except KeyError:
+            return JSONResponse({"error": f"no action {action_id!r}"}, status_code=404)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=409)
+        return JSONResponse(result)
+
     @app.get("/api/v1/ledger/{table_name}/verify")
     async def verify_ledger(table_name: str) -> JSONResponse:
         try:
@@ -143,3 +246,17 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
         }))
 
     return app
+
+
+def _analyzer(settings: Settings, store: Store, remediator: Remediator) -> Analyzer:
+    traces = TraceThresholds(window_s=settings.analytics_window_s)
+    config = AnalyzerConfig(
+        interval_s=settings.analytics_interval_s,
+        windows=tuple(parse_windows(settings.analytics_burn_windows)), traces=traces,
+        resolve_after_s=settings.analytics_resolve_after_s,
+        objectives=objectives_from_specs(settings.models_file))
+    return Analyzer(store, config, on_round=remediator.on_round)
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}

@@ -1,0 +1,131 @@
+"""The live analyzer: every few seconds, run the detectors over the store, fold their findings
+into incidents, gather context for the top cause, and append what changed to ``incidents``.
+
+It runs inside the aiops server (the store's single writer) in a thread of its own. A detector
+that fails is logged and counted, and the others still run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiops.analytics.correlate import context_evidence
+from aiops.analytics.findings import Finding
+from aiops.analytics.incidents import Incident, IncidentTracker, to_table
+from aiops.analytics.kernel import kernel_findings
+from aiops.analytics.logstream import LogDetector
+from aiops.analytics.slo import BurnWindow, Objective, burn_findings, parse_windows
+from aiops.analytics.traces import TraceThresholds, trace_findings
+from aiops.errors import AIOpsError
+from aiops.store import Store
+
+__all__ = ["Analyzer", "AnalyzerConfig", "objectives_from_specs"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AnalyzerConfig:
+    interval_s: float = 5.0
+    windows: tuple[BurnWindow, ...] = field(
+        default_factory=lambda: tuple(parse_windows("60/10/6,600/60/3")))
+    traces: TraceThresholds = field(default_factory=TraceThresholds)
+    resolve_after_s: float = 30.0
+    objectives: tuple[Objective, ...] = ()
+
+
+def objectives_from_specs(models_file: Path | None) -> tuple[Objective, ...]:
+    """SLOs as the model specs state them (``qos.slo``); models without one are skipped."""
+    from serve.specs import DEFAULT_SPECS_FILE, load_specs
+
+    out = {}
+    for spec in load_specs(models_file or DEFAULT_SPECS_FILE):
+        slo = spec.qos.slo
+        latency, budget = (slo.p95_ms, 0.05) if slo.p95_ms else (slo.p99_ms, 0.01)
+        if latency or slo.error_rate:
+            out[spec.name] = Objective(spec.name, latency, budget, slo.error_rate)
+    return tuple(out.values())
+
+
+@dataclass
+class AnalyzerStats:
+    rounds: int = 0
+    findings: int = 0
+    incidents_written: int = 0
+    detector_failures: dict[str, int] = field(default_factory=dict)
+
+
+class Analyzer:
+    def __init__(self, store: Store, config: AnalyzerConfig,
+                 clock: Callable[[], int] = time.time_ns,
+                 on_round: Callable[[IncidentTracker, list[Incident], int], None] | None = None
+                 ) -> None:
+        self.store = store
+        self.on_round = on_round  # remediation acts on what each round found
+        self.config = config
+        self.clock = clock
+        self.tracker = IncidentTracker(config.resolve_after_s)
+        self.logs = LogDetector()
+        self.templates = self.logs.templates
+        self.stats = AnalyzerStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def detect(self, now_ns: int) -> list[Finding]:
+        c = self.config
+        detectors: dict[str, Callable[[], list[Finding]]] = {
+            "slo_burn": lambda: burn_findings(self.store, c.objectives, list(c.windows), now_ns),
+            "traces": lambda: trace_findings(self.store, now_ns, c.traces),
+            "kernel": lambda: kernel_findings(self.store, now_ns, c.traces.window_s),
+            "logs": lambda: self.logs.findings(self.store, now_ns),
+        }
+        found: list[Finding] = []
+        for name, run in detectors.items():
+            try:
+                found += run()
+            except AIOpsError as exc:
+                self.stats.detector_failures[name] = self.stats.detector_failures.get(name, 0) + 1
+                log.warning("detector %s failed: %s", name, exc)
+        return found
+
+    def step(self, now_ns: int | None = None) -> list[Incident]:
+        """One round: detect, fold into incidents, persist what changed."""
+        now_ns = now_ns if now_ns is not None else self.clock()
+        findings = self.detect(now_ns)
+        changed = self.tracker.update(findings, now_ns)
+        for inc in changed:
+            if inc.causes and inc.status != "resolved":
+                inc.extra_evidence = context_evidence(
+                    self.store, inc.causes[0], now_ns, self.config.traces.window_s,
+                    templates=self.templates)
+        if changed:
+            self.store.append("incidents", to_table(changed))
+            for inc in changed:
+                log.info("incident %s %s: %s", inc.incident_id, inc.status, inc.summary)
+        if self.on_round is not None:
+            self.on_round(self.tracker, changed, now_ns)
+        self.stats.rounds += 1
+        self.stats.findings += len(findings)
+        self.stats.incidents_written += len(changed)
+        return changed
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(self.config.interval_s):
+                try:
+                    self.step()
+                except Exception:  # the analyzer must outlive any one bad round
+                    log.exception("analytics round failed")
+
+        self._thread = threading.Thread(target=loop, daemon=True, name="analyzer")
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)

@@ -1,0 +1,54 @@
+"""What the live detectors report: a finding about one serving entity, with its evidence.
+
+An entity is a model version (``service`` = model name, ``version``), optionally narrowed to a
+replica; evidence names rows that exist in the store (a trace id, a log template, a metric
+series with its numbers), so every claim can be checked with one query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from aiops.analytics.rca import Evidence, EvidenceKind, FaultClass
+
+__all__ = ["Entity", "Evidence", "EvidenceKind", "FaultClass", "Finding"]
+
+
+@dataclass(frozen=True, order=True)
+class Entity:
+    service: str
+    version: str | None = None
+    replica: str | None = None
+
+    def evidence(self, kind: EvidenceKind, id: str, fault: FaultClass, signal: str,
+                 observed: float = 0.0, baseline: float = 0.0, score: float = 0.0
+                 ) -> Evidence:
+        return Evidence(kind, id, str(self), fault, signal, observed, baseline, score)
+
+    def __str__(self) -> str:
+        out = self.service + (f"@{self.version}" if self.version else "")
+        return out + (f"/{self.replica}" if self.replica else "")
+
+
+@dataclass
+class Finding:
+    detector: str  # slo_burn, trace_latency, trace_errors, ebpf_runq, log_template, ...
+    entity: Entity
+    fault_class: FaultClass
+    score: float  # how far from normal; comparable within a detector (>= 1 means firing)
+    start_ns: int
+    end_ns: int
+    summary: str
+    evidence: list[Evidence] = field(default_factory=list)
+    about: str | None = None  # the model served, when the entity is a caller (the ingress)
+
+    @property
+    def subject(self) -> str:
+        """What the incident is about: the model (for the ingress, the model it served)."""
+        return self.about or self.entity.service
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["entity"] = str(self.entity)
+        return out

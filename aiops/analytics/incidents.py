@@ -1,0 +1,181 @@
+"""Incidents: findings deduplicated per service, ranked into root causes, with a lifecycle.
+
+One incident is open per service (a model, or the ingress) at a time; every finding about that
+service joins it. The incident is ``open`` while findings keep coming, ``mitigating`` once an
+action was taken for it (remediation sets this), and ``resolved`` when no finding has fired
+for ``resolve_after_s`` (the SLIs recovered). Each change is appended as a new row of the
+``incidents`` table (``updated_at``), so its history stays; the latest row is its state.
+
+Root causes: entities (model version, replica) ranked by their strongest finding. Kernel
+findings (CPU contention, OOM, a crashed replica, retransmits) name the cause behind a
+symptom (latency, errors) on the same model version; a caller (the ingress) is discounted
+when one of the models it calls has findings of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import pyarrow as pa
+
+from aiops.analytics.findings import Entity, Evidence, FaultClass, Finding
+from aiops.schema import INCIDENTS
+
+__all__ = ["Incident", "IncidentTracker", "RankedCause", "Status", "rank_causes", "to_table"]
+
+CAUSE_CLASSES = (FaultClass.CRASH, FaultClass.MEMORY, FaultClass.CPU, FaultClass.NETWORK)
+CALLER_DISCOUNT = 0.5
+INGRESS = "ingress"
+
+
+class Status(StrEnum):
+    OPEN = "open"
+    MITIGATING = "mitigating"
+    RESOLVED = "resolved"
+
+
+@dataclass
+class RankedCause:
+    entity: Entity
+    fault_class: FaultClass
+    score: float
+    confidence: float
+    detectors: list[str]
+    evidence: list[Evidence]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entity": str(self.entity), "service": self.entity.service,
+                "version": self.entity.version, "replica": self.entity.replica,
+                "fault_class": str(self.fault_class), "score": round(self.score, 3),
+                "confidence": round(self.confidence, 3), "detectors": self.detectors,
+                "evidence": [_evidence_json(e) for e in self.evidence]}
+
+
+def _evidence_json(e: Evidence) -> dict[str, Any]:
+    return {"kind": str(e.kind), "id": e.id, "entity": e.entity,
+            "fault_class": str(e.fault_class), "signal": e.signal,
+            "observed": e.observed, "baseline": e.baseline, "score": e.score}
+
+
+def rank_causes(findings: list[Finding]) -> list[RankedCause]:
+    """Entities at model-version level (replica kept when one replica stands out)."""
+    by_version: dict[Entity, list[Finding]] = defaultdict(list)
+    for f in findings:
+        by_version[Entity(f.entity.service, f.entity.version)].append(f)
+    callees = any(e.service != INGRESS for e in by_version)
+    causes = []
+    for entity, fs in by_version.items():
+        score = max(f.score for f in fs)
+        if entity.service == INGRESS and callees:
+            score *= CALLER_DISCOUNT
+        kernel = [f for f in fs if f.fault_class in CAUSE_CLASSES]
+        lead = max(kernel or fs, key=lambda f: f.score)
+        replicas = {f.entity.replica for f in kernel if f.entity.replica}
+        named = Entity(entity.service, entity.version,
+                       next(iter(replicas)) if len(replicas) == 1 else None)
+        evidence = [e for f in sorted(fs, key=lambda f: -f.score) for e in f.evidence]
+        causes.append(RankedCause(named, lead.fault_class, score, 0.0,
+                                  sorted({f.detector for f in fs}), evidence))
+    total = sum(c.score for c in causes) or 1.0
+    for c in causes:
+        c.confidence = c.score / total
+    return sorted(causes, key=lambda c: -c.score)
+
+
+@dataclass
+class Incident:
+    incident_id: str
+    service: str
+    opened_ns: int
+    updated_ns: int
+    last_firing_ns: int
+    status: Status = Status.OPEN
+    closed_ns: int | None = None
+    findings: dict[tuple[str, Entity, FaultClass], Finding] = field(default_factory=dict)
+    causes: list[RankedCause] = field(default_factory=list)
+    extra_evidence: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def onset_ns(self) -> int:
+        return min((f.start_ns for f in self.findings.values()), default=self.opened_ns)
+
+    @property
+    def severity(self) -> str:
+        return "page" if any(k[0] == "slo_burn" for k in self.findings) else "ticket"
+
+    @property
+    def summary(self) -> str:
+        if not self.causes:
+            return f"{self.service}: anomalies"
+        top = self.causes[0]
+        lead = max(self.findings.values(), key=lambda f: f.score)
+        return f"{top.fault_class} on {top.entity}: {lead.summary}"
+
+    def row(self) -> dict[str, Any]:
+        top = self.causes[0] if self.causes else None
+        evidence = {"root_causes": [c.to_json() for c in self.causes],
+                    "findings": [f.to_json() for f in self.findings.values()],
+                    "context": self.extra_evidence, "onset_ns": self.onset_ns}
+        return {
+            "incident_id": self.incident_id, "opened_at": self.opened_ns,
+            "closed_at": self.closed_ns, "status": str(self.status),
+            "severity": self.severity, "service": self.service,
+            "replica": top.entity.replica if top else None,
+            "model_version": top.entity.version if top else None,
+            "fault_class": str(top.fault_class) if top else None,
+            "summary": self.summary, "evidence": json.dumps(evidence, default=str),
+            "updated_at": self.updated_ns}
+
+
+class IncidentTracker:
+    def __init__(self, resolve_after_s: float = 30.0, refresh_s: float = 10.0) -> None:
+        self.resolve_after_ns = int(resolve_after_s * 1e9)
+        self.refresh_ns = int(refresh_s * 1e9)
+        self.open: dict[str, Incident] = {}
+
+    def update(self, findings: list[Finding], now_ns: int) -> list[Incident]:
+        """Fold one round of findings in; return the incidents that changed."""
+        changed: dict[str, Incident] = {}
+        by_service: dict[str, list[Finding]] = defaultdict(list)
+        for f in findings:
+            by_service[f.subject].append(f)
+        for service, fs in by_service.items():
+            inc = self.open.get(service)
+            if inc is None:
+                inc = Incident(f"inc-{uuid.uuid4().hex[:12]}", service, now_ns, now_ns, now_ns)
+                self.open[service] = inc
+            before = (inc.causes[0].entity, inc.causes[0].fault_class) if inc.causes else None
+            for f in fs:
+                inc.findings[(f.detector, f.entity, f.fault_class)] = f
+            inc.causes = rank_causes(list(inc.findings.values()))
+            inc.last_firing_ns = now_ns
+            after = (inc.causes[0].entity, inc.causes[0].fault_class)
+            # Persist when the verdict changes, and every refresh_s while the evidence grows.
+            if before != after or inc.updated_ns == inc.opened_ns \
+                    or now_ns - inc.updated_ns >= self.refresh_ns:
+                inc.updated_ns = now_ns
+                changed[inc.incident_id] = inc
+        for service, inc in list(self.open.items()):
+            if now_ns - inc.last_firing_ns >= self.resolve_after_ns:
+                inc.status, inc.closed_ns, inc.updated_ns = Status.RESOLVED, now_ns, now_ns
+                del self.open[service]
+                changed[inc.incident_id] = inc
+        return list(changed.values())
+
+    def mark_mitigating(self, incident_id: str, now_ns: int) -> Incident | None:
+        for inc in self.open.values():
+            if inc.incident_id == incident_id and inc.status is Status.OPEN:
+                inc.status, inc.updated_ns = Status.MITIGATING, max(now_ns, inc.updated_ns + 1)
+                return inc
+        return None
+
+
+def to_table(incidents: list[Incident]) -> pa.Table:
+    rows = [i.row() for i in incidents]
+    schema = INCIDENTS.arrow_schema
+    return pa.Table.from_pylist(rows, schema=schema)

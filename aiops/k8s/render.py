@@ -1,0 +1,253 @@
+"""Kubernetes manifests for aiops: a KubeRay ``RayService`` built from the model specs, the aiops
+server (Deployment, Service, PersistentVolumeClaim, the spec file as a ConfigMap) and the eBPF
+collector (a privileged DaemonSet, the one privileged workload).
+
+The Serve configuration inside the RayService is ``serve.app.deploy_config``, the very document
+``aiops up`` deploys, so a model spec means the same thing on a laptop and in a cluster. What
+differs: KubeRay deploys it (no Serve driver), so the lifecycle control plane, validation gates
+and the ``aiops.serve.replicas`` gauges of ``serve.runner`` are absent, and a version change is
+an edit of the spec file, ``aiops k8s render`` and ``kubectl apply``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from serve.specs import ModelSpec
+
+__all__ = ["RenderOptions", "render", "render_yaml", "to_yaml"]
+
+SERVER = "aiops-server"
+RAYSERVICE = "aiops"
+MODELS_MOUNT = "/etc/aiops"
+# Ports: the aiops server (OTLP's standard), Serve's proxy, Ray's metrics export (KubeRay's
+# default, exposed by the head service KubeRay creates as <name>-head-svc).
+SERVER_PORT, SERVE_PORT, RAY_METRICS_PORT = 4318, 8000, 8080
+# Ray's health endpoints (dashboard agent on every node, GCS through the head's dashboard):
+# the checks KubeRay itself injects, written with Python because the image has no wget.
+_RAYLET = "http://localhost:52365/api/local_raylet_healthz"
+_GCS = "http://localhost:8265/api/gcs_healthz"
+_SERVE = f"http://localhost:{SERVE_PORT}/-/healthz"
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    image: str = "aiops:0.1.0"
+    namespace: str = "aiops"
+    ray_version: str = "2.60.0"
+    worker_cpus: int = 4
+    worker_memory: str = "8Gi"
+    head_cpus: int = 2
+    head_memory: str = "4Gi"
+    server_cpus: int = 2
+    server_memory: str = "4Gi"
+    data_size: str = "20Gi"
+    ebpf: bool = True
+
+
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no types
+    """Readable manifests: no anchors for repeated label maps, multi-line strings (the
+    Serve config, the spec file) as literal blocks."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _url_check(*urls: str) -> dict[str, Any]:
+    code = ("import urllib.request as u; "
+            f"[u.urlopen(x, timeout=2).read() for x in {list(urls)!r}]")
+    return {"exec": {"command": ["python", "-c", code]}}
+
+
+def _probe(check: dict[str, Any], period: int = 10, delay: int = 10,
+           failures: int = 3) -> dict[str, Any]:
+    return {**check, "initialDelaySeconds": delay, "periodSeconds": period,
+            "timeoutSeconds": 5, "failureThreshold": failures}
+
+
+def _resources(cpus: int | str, memory: str) -> dict[str, Any]:
+    # Requests equal to limits: the Guaranteed class, and Ray's view of its node is true.
+    r = {"cpu": str(cpus), "memory": memory}
+    return {"requests": dict(r), "limits": dict(r)}
+
+
+def _meta(name: str, o: RenderOptions, component: str) -> dict[str, Any]:
+    return {"name": name, "namespace": o.namespace,
+            "labels": {"app.kubernetes.io/name": "aiops",
+                       "app.kubernetes.io/component": component}}
+
+
+def _env(values: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def serve_config(specs: list[ModelSpec], o: RenderOptions) -> dict[str, Any]:
+    """The Serve deploy document for the cluster: ``deploy_config`` with telemetry sent to
+    the aiops server's Service and the proxy listening on every node."""
+    from serve.app import deploy_config
+    from serve.telemetry import TelemetryConfig
+
+    telemetry = TelemetryConfig(f"http://{SERVER}.{o.namespace}.svc:{SERVER_PORT}")
+    config = deploy_config(specs, telemetry, {"api_keys": [], "max_request_bytes": 20 * 2**20})
+    return {"proxy_location": "EveryNode",
+            "http_options": {"host": "0.0.0.0", "port": SERVE_PORT}, **config}
+
+
+def _worker_replicas(specs: list[ModelSpec], o: RenderOptions) -> tuple[int, int]:
+    """Workers for every version's min and max replicas (plus the ingress), by CPU."""
+    ingress = 0.1
+    low = ingress + sum(s.resources.num_cpus * s.autoscaling.min_replicas for s in specs)
+    high = ingress + sum(s.resources.num_cpus * s.autoscaling.max_replicas for s in specs)
+    return max(1, math.ceil(low / o.worker_cpus)), max(1, math.ceil(high / o.worker_cpus))
+
+
+def rayservice(specs: list[ModelSpec], o: RenderOptions) -> dict[str, Any]:
+    low, high = _worker_replicas(specs, o)
+    ports = [{"containerPort": p, "name": n} for n, p in (
+        ("gcs", 6379), ("dashboard", 8265), ("client", 10001), ("serve", SERVE_PORT),
+        ("metrics", RAY_METRICS_PORT))]
+    head = {
+        "name": "ray-head", "image": o.image, "ports": ports,
+        "resources": _resources(o.head_cpus, o.head_memory),
+        "livenessProbe": _probe(_url_check(_RAYLET, _GCS), delay=30, failures=120),
+        "readinessProbe": _probe(_url_check(_RAYLET, _GCS), delay=10, period=5, failures=10),
+    }
+    worker = {
+        "name": "ray-worker", "image": o.image,
+        "ports": [{"containerPort": SERVE_PORT, "name": "serve"}],
+        "resources": _resources(o.worker_cpus, o.worker_memory),
+        "livenessProbe": _probe(_url_check(_RAYLET), delay=30, failures=120),
+        "readinessProbe": _probe(_url_check(_RAYLET, _SERVE), delay=10, period=5,
+                                 failures=10),
+    }
+    return {
+        "apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": _meta(RAYSERVICE, o, "serving"),
+        "spec": {
+            "serveConfigV2": yaml.dump(serve_config(specs, o), Dumper=_Dumper, sort_keys=False),
+            "rayClusterConfig": {
+                "rayVersion": o.ray_version,
+                "enableInTreeAutoscaling": True,
+                "headGroupSpec": {
+                    # No replicas on the head: it keeps the GCS, the controller and a proxy.
+                    "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0",
+                                       "metrics-export-port": str(RAY_METRICS_PORT)},
+                    "template": {"metadata": {"labels": _meta("", o, "ray-head")["labels"]},
+                                 "spec": {"containers": [head]}},
+                },
+                "workerGroupSpecs": [{
+                    "groupName": "cpu", "replicas": low, "minReplicas": low,
+                    "maxReplicas": high,
+                    "rayStartParams": {"num-cpus": str(o.worker_cpus),
+                                       "metrics-export-port": str(RAY_METRICS_PORT)},
+                    "template": {"metadata": {"labels": _meta("", o, "ray-worker")["labels"]},
+                                 "spec": {"containers": [worker]}},
+                }],
+            },
+        },
+    }
+
+
+def server_manifests(specs_text: str, o: RenderOptions) -> list[dict[str, Any]]:
+    labels = _meta(SERVER, o, "server")["labels"]
+    container = {
+        "name": "server", "image": o.image, "command": ["aiops", "server"],
+        "ports": [{"containerPort": SERVER_PORT, "name": "http"}],
+        "env": _env({
+            "AIOPS_SERVER_HOST": "0.0.0.0", "AIOPS_DATA_DIR": "/data",
+            "AIOPS_MODELS_FILE": f"{MODELS_MOUNT}/models.yaml",
+            "AIOPS_SCRAPE_TARGETS": f"ray=http://{RAYSERVICE}-head-svc.{o.namespace}.svc:"
+                                    f"{RAY_METRICS_PORT}/metrics"}),
+        "resources": _resources(o.server_cpus, o.server_memory),
+        "livenessProbe": _probe({"httpGet": {"path": "/healthz", "port": SERVER_PORT}}),
+        "readinessProbe": _probe({"httpGet": {"path": "/readyz", "port": SERVER_PORT}},
+                                 delay=5, period=5),
+        "securityContext": {"allowPrivilegeEscalation": False},
+        "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                         {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True}],
+    }
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta("aiops-models", o, "server"),
+         "data": {"models.yaml": specs_text}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+         "metadata": _meta("aiops-data", o, "server"),
+         "spec": {"accessModes": ["ReadWriteOnce"],
+                  "resources": {"requests": {"storage": o.data_size}}}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(SERVER, o, "server"),
+         "spec": {
+             # One replica and Recreate: the server is the DuckDB file's single writer.
+             "replicas": 1, "strategy": {"type": "Recreate"},
+             "selector": {"matchLabels": labels},
+             "template": {"metadata": {"labels": labels}, "spec": {
+                 "containers": [container],
+                 "volumes": [{"name": "data",
+                              "persistentVolumeClaim": {"claimName": "aiops-data"}},
+                             {"name": "models", "configMap": {"name": "aiops-models"}}]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": _meta(SERVER, o, "server"),
+         "spec": {"selector": labels,
+                  "ports": [{"name": "http", "port": SERVER_PORT, "targetPort": SERVER_PORT}]}},
+    ]
+
+
+def ebpf_daemonset(o: RenderOptions) -> dict[str, Any]:
+    labels = _meta("aiops-ebpf", o, "ebpf")["labels"]
+    ready = {"exec": {"command": ["test", "-f", "/data/ebpf.ready"]}}
+    host_paths = {"debugfs": "/sys/kernel/debug", "bpffs": "/sys/fs/bpf",
+                  "modules": "/lib/modules", "headers": "/usr/src"}
+    container = {
+        "name": "ebpf", "image": o.image, "command": ["python", "-m", "collectors.ebpf"],
+        "env": _env({"AIOPS_SERVER_HOST": f"{SERVER}.{o.namespace}.svc",
+                     "AIOPS_SERVER_PORT": str(SERVER_PORT), "AIOPS_DATA_DIR": "/data"}),
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                      "limits": {"cpu": "500m", "memory": "512Mi"}},
+        "livenessProbe": _probe(ready, delay=30, period=30),
+        "readinessProbe": _probe(ready, delay=5, period=10),
+        # Loading BPF programs and reading tracefs needs it; this is the only privileged pod.
+        "securityContext": {"privileged": True},
+        "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                         *({"name": n, "mountPath": p, "readOnly": n in ("modules", "headers")}
+                           for n, p in host_paths.items())],
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": _meta("aiops-ebpf", o, "ebpf"),
+        "spec": {"selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            # Host PIDs: the probes see every process; attribution reads their /proc entries.
+            "spec": {"hostPID": True, "containers": [container],
+                     "volumes": [{"name": "data", "emptyDir": {}},
+                                 *({"name": n, "hostPath": {"path": p}}
+                                   for n, p in host_paths.items())]}}},
+    }
+
+
+def render(specs: list[ModelSpec], specs_text: str, o: RenderOptions | None = None
+           ) -> list[dict[str, Any]]:
+    """Every manifest, in the order ``kubectl apply`` should see them."""
+    o = o or RenderOptions()
+    docs = [*server_manifests(specs_text, o), rayservice(specs, o)]
+    if o.ebpf:
+        docs.append(ebpf_daemonset(o))
+    return docs
+
+
+def to_yaml(docs: list[dict[str, Any]]) -> str:
+    return str(yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False))
+
+
+def render_yaml(specs_file: Path, o: RenderOptions | None = None) -> str:
+    from serve.specs import load_specs
+
+    return to_yaml(render(load_specs(specs_file), specs_file.read_text(), o))

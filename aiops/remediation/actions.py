@@ -1,0 +1,84 @@
+"""Actions and how each is carried out through the Serve control plane (P3's API)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from aiops.errors import AIOpsError
+
+__all__ = ["Action", "ActionKind", "ControlPlane", "NotSupported", "execute", "new_action"]
+
+
+class ActionKind(StrEnum):
+    ROLLBACK = "rollback"
+    SHIFT_TRAFFIC = "shift_traffic"
+    PROMOTE = "promote"
+    SCALE = "scale"
+    RESTART_REPLICA = "restart_replica"
+    SHED_LOAD = "shed_load"
+
+
+class NotSupported(AIOpsError):
+    """An action the control plane cannot carry out yet."""
+
+
+class ControlPlane(Protocol):
+    """What remediation needs of the control plane; ``aiops.lifecycle.LifecycleClient``."""
+
+    def status(self) -> dict[str, Any]: ...
+    def rollback(self, model: str) -> dict[str, Any]: ...
+    def set_traffic(self, model: str, weights: dict[str, int]) -> dict[str, Any]: ...
+    def promote(self, model: str, version: str) -> dict[str, Any]: ...
+    def scale(self, model: str, version: str, min_replicas: int, max_replicas: int
+              ) -> dict[str, Any]: ...
+
+
+@dataclass
+class Action:
+    action_id: str
+    incident_id: str | None
+    kind: ActionKind
+    model: str
+    version: str | None
+    created_ns: int
+    params: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    evidence: list[str] = field(default_factory=list)  # evidence ids behind it
+
+    @property
+    def target(self) -> str:
+        return self.model
+
+    def describe(self) -> str:
+        what = {ActionKind.ROLLBACK: f"roll {self.model} back from {self.version}",
+                ActionKind.SCALE: f"scale {self.model} {self.version} to "
+                                  f"{self.params.get('min_replicas')}-"
+                                  f"{self.params.get('max_replicas')} replicas",
+                ActionKind.SHIFT_TRAFFIC: f"shift {self.model} traffic to "
+                                          f"{self.params.get('weights')}",
+                ActionKind.PROMOTE: f"promote {self.model} {self.version}"}
+        return what.get(self.kind, f"{self.kind} {self.model}")
+
+
+def new_action(incident_id: str | None, kind: ActionKind, model: str, version: str | None,
+               now_ns: int, **params: Any) -> Action:
+    return Action(f"act-{uuid.uuid4().hex[:12]}", incident_id, kind, model, version, now_ns,
+                  params)
+
+
+def execute(control: ControlPlane, action: Action) -> dict[str, Any]:
+    """Carry the action out; the control plane's answer is the outcome."""
+    p = action.params
+    if action.kind is ActionKind.ROLLBACK:
+        return control.rollback(action.model)
+    if action.kind is ActionKind.SHIFT_TRAFFIC:
+        return control.set_traffic(action.model, dict(p["weights"]))
+    if action.kind is ActionKind.PROMOTE and action.version:
+        return control.promote(action.model, action.version)
+    if action.kind is ActionKind.SCALE and action.version:
+        return control.scale(action.model, action.version, int(p["min_replicas"]),
+                             int(p["max_replicas"]))
+    raise NotSupported(f"{action.kind} is not supported by the control plane yet")

@@ -1,0 +1,217 @@
+"""The act step of the loop: incident -> planned action -> policy -> execute -> verify.
+
+Every step is a row of ``actions`` (its state) and an entry of the hash-chained ``ledger``
+(actor, decision, incident and evidence ids), appended in one transaction. One action per
+incident: a repeat would fight the first. After execution the incident is ``mitigating``; the
+action is ``verified`` when the incident resolves (its SLIs recovered) within the policy's
+``verify_s``, else ``failed`` and escalated (a ledger entry and an error log; a rollback is not
+undone, since that would send traffic back to the version that broke).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from aiops.analytics.incidents import Incident, IncidentTracker, Status
+from aiops.errors import AIOpsError
+from aiops.remediation.actions import Action, ActionKind, ControlPlane, execute, new_action
+from aiops.remediation.policy import Mode, Past, Policy
+from aiops.schema import ACTIONS
+from aiops.store import Store
+
+__all__ = ["Remediator", "plan"]
+
+log = logging.getLogger(__name__)
+
+SCALABLE = ("latency", "cpu")
+
+
+def plan(incident: Incident, status: dict[str, Any], now_ns: int) -> Action | None:
+    """What to do about an incident, given the models' versions and weights (or None)."""
+    if not incident.causes:
+        return None
+    cause = incident.causes[0]
+    model = status.get("models", {}).get(cause.entity.service)
+    if model is None or cause.entity.version is None:
+        return None
+    versions = {v["version"]: v for v in model["versions"]}
+    mine = versions.get(cause.entity.version)
+    if mine is None:
+        return None
+    others = [v for n, v in versions.items() if n != cause.entity.version]
+    evidence = [e.id for e in cause.evidence][:8]
+    reason = f"{incident.incident_id}: {cause.fault_class} on {cause.entity}"
+    if mine["weight"] < 100 and others and (model.get("stable") not in (None,
+                                                                        cause.entity.version)):
+        action = new_action(incident.incident_id, ActionKind.ROLLBACK, cause.entity.service,
+                            cause.entity.version, now_ns, to=model.get("stable"))
+    elif str(cause.fault_class) in SCALABLE:
+        bounds = mine.get("autoscaling") or {"min_replicas": 1, "max_replicas": 1}
+        action = new_action(incident.incident_id, ActionKind.SCALE, cause.entity.service,
+                            cause.entity.version, now_ns,
+                            min_replicas=bounds["min_replicas"] + 1,
+                            max_replicas=max(bounds["max_replicas"], bounds["min_replicas"] + 1))
+    else:
+        return None
+    action.reason, action.evidence = reason, evidence
+    return action
+
+
+@dataclass
+class _Tracked:
+    action: Action
+    status: str
+    mode: Mode
+    rule: str
+    executed_ns: int | None = None
+    written_ns: int = 0  # rows of one action get strictly increasing updated_at
+
+
+class Remediator:
+    def __init__(self, store: Store, policy: Policy,
+                 control: Callable[[], AbstractContextManager[ControlPlane]]) -> None:
+        self.store = store
+        self.policy = policy
+        self.control = control
+        self.actions: dict[str, _Tracked] = {}
+        self._planned: set[str] = set()
+        self._lock = threading.Lock()
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def on_round(self, tracker: IncidentTracker, changed: list[Incident], now_ns: int) -> None:
+        """After an analytics round: plan for new incidents, verify and expire the rest."""
+        with self._lock:
+            for inc in changed:
+                if inc.status is Status.OPEN and inc.incident_id not in self._planned:
+                    self._handle(inc, tracker, now_ns)
+            self._verify(tracker, now_ns)
+            self._expire(now_ns)
+
+    def _handle(self, inc: Incident, tracker: IncidentTracker, now_ns: int) -> None:
+        try:
+            with self.control() as control:
+                status = control.status()
+        except AIOpsError as exc:
+            log.warning("cannot read the control plane to plan for %s: %s", inc.incident_id, exc)
+            return
+        action = plan(inc, status, now_ns)
+        if action is None:
+            return
+        self._planned.add(inc.incident_id)
+        replicas = action.params.get("max_replicas")
+        decision = self.policy.decide(action.kind, action.target, now_ns, self._history(),
+                                      replicas if isinstance(replicas, int) else None)
+        tracked = _Tracked(action, "proposed", decision.mode, decision.rule)
+        self.actions[action.action_id] = tracked
+        self._record(tracked, "proposed", "planner", now_ns, {"reason": action.reason})
+        outcome = {"rule": decision.rule, "reason": decision.reason}
+        if decision.mode is Mode.OFF:
+            self._record(tracked, "denied", "policy", now_ns, outcome)
+        elif decision.mode is Mode.DRY_RUN:
+            self._record(tracked, "dry_run", "policy", now_ns, outcome)
+        elif decision.mode is Mode.APPROVE:
+            self._record(tracked, "pending", "policy", now_ns, outcome)
+        else:
+            self._record(tracked, "approved", "policy", now_ns, outcome)
+            self._execute(tracked, tracker, now_ns)
+
+    def _execute(self, t: _Tracked, tracker: IncidentTracker | None, now_ns: int) -> None:
+        try:
+            with self.control() as control:
+                result = execute(control, t.action)
+        except AIOpsError as exc:
+            self._record(t, "failed", "executor", now_ns, {"error": str(exc)})
+            log.error("action %s (%s) failed: %s", t.action.action_id, t.action.describe(), exc)
+            return
+        t.executed_ns = now_ns
+        self._record(t, "executed", "executor", now_ns, {"result": result})
+        log.info("executed %s: %s", t.action.action_id, t.action.describe())
+        if tracker is not None and t.action.incident_id:
+            inc = tracker.mark_mitigating(t.action.incident_id, now_ns)
+            if inc is not None:
+                from aiops.analytics.incidents import to_table
+
+                self.store.append("incidents", to_table([inc]))
+
+    def _verify(self, tracker: IncidentTracker, now_ns: int) -> None:
+        open_ids = {i.incident_id for i in tracker.open.values()}
+        for t in self.actions.values():
+            if t.status != "executed" or t.executed_ns is None:
+                continue
+            if t.action.incident_id not in open_ids:
+                self._record(t, "verified", "verifier", now_ns,
+                             {"recovered_after_s": (now_ns - t.executed_ns) / 1e9})
+            elif now_ns - t.executed_ns >= self.policy.verify_s * 1e9:
+                self._record(t, "failed", "verifier", now_ns, {
+                    "error": f"the SLI did not recover within {self.policy.verify_s:g} s",
+                    "escalated": True})
+                log.error("ESCALATION: %s did not fix %s within %g s", t.action.describe(),
+                          t.action.incident_id, self.policy.verify_s)
+
+    def _expire(self, now_ns: int) -> None:
+        for t in self.actions.values():
+            if t.status == "pending" and \
+                    now_ns - t.action.created_ns >= self.policy.approval_ttl_s * 1e9:
+                self._record(t, "expired", "policy", now_ns,
+                             {"reason": f"not approved within {self.policy.approval_ttl_s:g} s"})
+
+    # -- approvals ---------------------------------------------------------------------------
+
+    def decide_pending(self, action_id: str, approve: bool, who: str, now_ns: int,
+                       tracker: IncidentTracker | None = None) -> dict[str, Any]:
+        with self._lock:
+            t = self.actions.get(action_id)
+            if t is None:
+                raise KeyError(action_id)
+            if t.status != "pending":
+                raise ValueError(f"action {action_id} is {t.status}, not pending")
+            if not approve:
+                self._record(t, "denied", who, now_ns, {"reason": "denied by an approver"})
+            else:
+                self._record(t, "approved", who, now_ns, {})
+                self._execute(t, tracker, now_ns)
+            return self.describe(t)
+
+    def pending(self) -> list[dict[str, Any]]:
+        return [self.describe(t) for t in self.actions.values() if t.status == "pending"]
+
+    @staticmethod
+    def describe(t: _Tracked) -> dict[str, Any]:
+        a = t.action
+        return {"action_id": a.action_id, "incident_id": a.incident_id, "kind": str(a.kind),
+                "model": a.model, "version": a.version, "params": a.params,
+                "status": t.status, "mode": str(t.mode), "rule": t.rule,
+                "description": a.describe(), "reason": a.reason}
+
+    # -- records -----------------------------------------------------------------------------
+
+    def _history(self) -> list[Past]:
+        return [Past(str(t.action.kind), t.action.target, t.executed_ns or t.action.created_ns,
+                     t.executed_ns is not None, t.status == "executed")
+                for t in self.actions.values()]
+
+    def _record(self, t: _Tracked, status: str, actor: str, now_ns: int,
+                outcome: dict[str, Any]) -> None:
+        t.status = status
+        now_ns = t.written_ns = max(now_ns, t.written_ns + 1)
+        a = t.action
+        row = {"action_id": a.action_id, "incident_id": a.incident_id, "created_at": a.created_ns,
+               "kind": str(a.kind), "target": f"{a.model}@{a.version}" if a.version else a.model,
+               "params": json.dumps(a.params), "mode": str(t.mode), "status": status,
+               "outcome": json.dumps(outcome, default=str), "updated_at": now_ns}
+        entry = {"time": now_ns, "actor": actor, "action_id": a.action_id, "status": status,
+                 "incident_id": a.incident_id, "kind": str(a.kind), "target": row["target"],
+                 "params": a.params, "rule": t.rule, "mode": str(t.mode),
+                 "evidence": a.evidence, "outcome": outcome}
+        self.store.append_many({"actions": pa.Table.from_pylist([row],
+                                                               schema=ACTIONS.arrow_schema)},
+                               chained={"ledger": [json.loads(json.dumps(entry, default=str))]})

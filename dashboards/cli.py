@@ -1,0 +1,101 @@
+"""``aiops dashboards generate|check|push``: a thin shell over ``dashboards.generate`` and
+``dashboards.push`` (mounted into the ``aiops`` CLI with ``app.add_typer``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from aiops.errors import AIOpsError
+from dashboards.datasources import DEFAULT_PROMETHEUS_URL, DEFAULT_SERVER_URL
+
+__all__ = ["app"]
+
+app = typer.Typer(no_args_is_help=True, help="Grafana dashboards as code.")
+console = Console()
+err_console = Console(stderr=True)
+
+ModelsOption = Annotated[Path | None, typer.Option(
+    "--models", help="Model spec file for the SLO objectives (default: the packaged one).")]
+PrometheusOption = Annotated[str, typer.Option(
+    "--prometheus-url", help="Prometheus URL as Grafana reaches it.")]
+ServerOption = Annotated[str, typer.Option(
+    "--server-url", help="aiops server URL as Grafana reaches it.")]
+
+
+def _fail(exc: AIOpsError, code: int = 1) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+    return typer.Exit(code)
+
+
+def _render(models: Path | None, prometheus_url: str, server_url: str) -> dict[str, str]:
+    from dashboards.generate import render
+
+    try:
+        return render(models, prometheus_url, server_url)
+    except AIOpsError as exc:
+        raise _fail(exc, 2) from exc
+
+
+@app.command()
+def generate(
+    models: ModelsOption = None,
+    prometheus_url: PrometheusOption = DEFAULT_PROMETHEUS_URL,
+    server_url: ServerOption = DEFAULT_SERVER_URL,
+    out: Annotated[Path | None, typer.Option(
+        help="Directory for generated/ and provisioning/ (default: the dashboards package, "
+             "whose files are committed).")] = None,
+) -> None:
+    """Write the dashboards' JSON and Grafana's provisioning files."""
+    from dashboards.generate import PACKAGE_DIR, write
+
+    files = _render(models, prometheus_url, server_url)
+    for path in write(out or PACKAGE_DIR, files):
+        console.print(str(path))
+
+
+@app.command()
+def check(models: ModelsOption = None) -> None:
+    """Exit 1 when the committed files differ from what `generate` would write."""
+    from dashboards.generate import PACKAGE_DIR
+
+    stale = [rel for rel, text in _render(models, DEFAULT_PROMETHEUS_URL,
+                                          DEFAULT_SERVER_URL).items()
+             if not (PACKAGE_DIR / rel).is_file() or (PACKAGE_DIR / rel).read_text() != text]
+    if stale:
+        err_console.print("stale, run `aiops dashboards generate`: " + ", ".join(stale))
+        raise typer.Exit(1)
+    console.print("dashboards are current")
+
+
+@app.command()
+def push(
+    url: Annotated[str, typer.Option(help="Grafana URL, e.g. http://localhost:3000.")],
+    token: Annotated[str | None, typer.Option(
+        envvar="GRAFANA_TOKEN", help="Service-account token (else credentials in the URL).")
+    ] = None,
+    models: ModelsOption = None,
+    datasources: Annotated[bool, typer.Option(
+        help="Also create or update the Prometheus and aiops API datasources.")] = True,
+    prometheus_url: PrometheusOption = DEFAULT_PROMETHEUS_URL,
+    server_url: ServerOption = DEFAULT_SERVER_URL,
+) -> None:
+    """Upload the dashboards (and datasources) to a running Grafana."""
+    from dashboards.generate import GENERATED
+    from dashboards.push import push as push_dashboards
+
+    files = _render(models, prometheus_url, server_url)
+    boards = {rel.removeprefix(f"{GENERATED}/"): text for rel, text in files.items()
+              if rel.startswith(f"{GENERATED}/")}
+    try:
+        report = push_dashboards(url, token, boards,
+                                 (prometheus_url, server_url) if datasources else None,
+                                 progress=console.log)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    console.print(f"pushed {len(report.dashboards)} dashboard(s) and "
+                  f"{len(report.datasources)} datasource(s) to {url}")

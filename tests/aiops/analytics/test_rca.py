@@ -1,0 +1,277 @@
+"""Root-cause ranking, specified on small synthetic tables written through the real Store.
+
+A three-tier system -- gateway -> api -> model, each call a client span in the caller and a
+server span in the callee -- serves a steady trickle of requests for half an hour (the
+baseline), then for five minutes (the anomaly window) one thing goes wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from aiops.analytics.rca import EvidenceKind, FaultClass, RankConfig, Window, rank
+from aiops.store import Store
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+BASELINE = Window(T0, T0 + timedelta(minutes=30))
+ANOMALY = Window(T0 + timedelta(minutes=30), T0 + timedelta(minutes=35))
+SERVICES = ("gateway", "api", "model")
+
+
+def ns(t: datetime) -> int:
+    return int(t.timestamp() * 1e9)
+
+
+@dataclass
+class Knobs:
+    """What the system does in one request; the defaults are its normal behaviour."""
+
+    model_ms: float = 20.0  # the model's own work
+    api_ms: float = 3.0
+    gateway_ms: float = 1.0
+    network_ms: float = 1.0  # per hop, each way
+    replica_ms: dict[str, float] = field(default_factory=dict)  # model time per replica
+    version_ms: dict[str, float] = field(default_factory=dict)  # model time per version
+    api_fails: bool = False  # the api hits an error path instead of calling the model
+    model_down: bool = False  # the model answers nothing; the api's call to it errors
+
+
+class Telemetry:
+    """Rows for spans, logs and metric points, appended to a store in one go."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, Any]] = []
+        self.logs: list[dict[str, Any]] = []
+        self.points: list[dict[str, Any]] = []
+        self.rng = random.Random(7)
+
+    def span(self, trace: str, parent: str | None, service: str, name: str, start: float,
+             ms: float, replica: str | None = None, error: bool = False,
+             version: str | None = None) -> str:
+        span_id = f"{self.rng.getrandbits(64):016x}"
+        attrs = {"service.name": service, "service.instance.id": replica or f"{service}-0"}
+        self.spans.append({
+            "attributes": json.dumps({"aiops.model.version": version} if version else {}),
+            "trace_id": trace, "span_id": span_id, "parent_span_id": parent, "name": name,
+            "start_time": int(start), "end_time": int(start + ms * 1e6),
+            "duration_ns": int(ms * 1e6), "status_code": "error" if error else "unset",
+            "service_name": service, "resource_attributes": json.dumps(attrs)})
+        return span_id
+
+    def log(self, trace: str, span: str, service: str, t: float, body: str,
+            severity: int = 9) -> None:
+        self.logs.append({
+            "time": int(t), "trace_id": trace, "span_id": span, "body": body,
+            "severity_number": severity, "severity_text": "ERROR" if severity >= 17 else "INFO",
+            "service_name": service,
+            "resource_attributes": json.dumps({"service.name": service})})
+
+    def point(self, t: datetime, service: str, name: str, value: float) -> None:
+        self.points.append({
+            "time": ns(t), "name": name, "type": "gauge", "value": value,
+            "service_name": service,
+            "resource_attributes": json.dumps({"service.name": service})})
+
+    def request(self, start: float, k: Knobs) -> None:
+        """One request: gateway -> api -> model, with client spans and the api's logs."""
+        jitter = self.rng.uniform
+        trace = f"{self.rng.getrandbits(128):032x}"
+        net = k.network_ms * jitter(0.8, 1.2)
+        replica = self.rng.choice(sorted(k.replica_ms)) if k.replica_ms else "model-0"
+        version = self.rng.choice(sorted(k.version_ms)) if k.version_ms else None
+        model = k.replica_ms.get(replica, k.version_ms.get(version or "", k.model_ms))
+        model *= jitter(0.9, 1.1)
+        api_own = k.api_ms * jitter(0.9, 1.1)
+        api = api_own + (0 if k.api_fails else model + 2 * net)
+        gateway = k.gateway_ms * jitter(0.9, 1.1) + api + 2 * net
+        t = start
+        root = self.span(trace, None, "gateway", "GET /predict", t, gateway)
+        call_api = self.span(trace, root, "gateway", "POST api/predict", t + 0.5e6,
+                             api + 2 * net)
+        served = self.span(trace, call_api, "api", "POST /predict", t + 0.5e6 + net * 1e6, api,
+                           error=k.api_fails)
+        self.log(trace, served, "api", t + 0.6e6 + net * 1e6,
+                 f"predict request {self.rng.randint(1, 10_000)} accepted")
+        if k.api_fails:
+            self.log(trace, served, "api", t + 0.7e6 + net * 1e6,
+                     "feature store lookup failed: connection reset by peer", severity=17)
+            return
+        at = t + (0.5 + net + api_own / 2) * 1e6
+        if k.model_down:
+            self.span(trace, served, "api", "POST model/infer", at, 2 * net, error=True)
+            return
+        call_model = self.span(trace, served, "api", "POST model/infer", at, model + 2 * net)
+        self.span(trace, call_model, "model", "infer", at + net * 1e6, model, replica=replica,
+                  version=version)
+        self.log(trace, served, "api", at + (model + 2 * net) * 1e6,
+                 f"predict request done in {int(model)} ms")
+
+    def metrics(self, t: datetime, cpu: dict[str, float]) -> None:
+        for service in SERVICES:
+            level = cpu.get(service, 20.0)
+            self.point(t, service, "process_cpu_utilization", level * self.rng.uniform(0.95, 1.05))
+            self.point(t, service, "process_memory_rss_bytes",
+                       2e8 * self.rng.uniform(0.99, 1.01))
+
+    def write(self, store: Store) -> None:
+        for table, rows, times in (("spans", self.spans, ("start_time", "end_time")),
+                                   ("logs", self.logs, ("time",)),
+                                   ("metric_points", self.points, ("time",))):
+            if rows:
+                cols = {c: [r.get(c) for r in rows] for c in rows[0]}
+                data = {c: pa.array(v, pa.timestamp("ns")) if c in times else v
+                        for c, v in cols.items()}
+                store.append(table, pa.table(data))
+
+
+def simulate(store: Store, during: Knobs | None = None,
+             cpu: Callable[[bool], dict[str, float]] | None = None,
+             before: Knobs | None = None) -> Telemetry:
+    """Two requests a second for 35 minutes and a metric scrape every 15 s; the first 30
+    run with ``before``, the last five (the anomaly window) with ``during`` and
+    ``cpu(True)``."""
+    tel = Telemetry()
+    normal, faulty = before or Knobs(), during or Knobs()
+    for second in range(35 * 60):
+        t = T0 + timedelta(seconds=second)
+        in_anomaly = t >= ANOMALY.start
+        for i in range(2):
+            tel.request(ns(t) + i * 5e8, faulty if in_anomaly else normal)
+        if second % 15 == 0:
+            tel.metrics(t, cpu(in_anomaly) if cpu else {})
+    tel.write(store)
+    return tel
+
+
+def top(store: Store, entity: str = "service.name") -> tuple[str, FaultClass, list[str]]:
+    ranked = rank(store, ANOMALY, BASELINE, entity=entity)
+    assert ranked, "some entity must be ranked"
+    return ranked[0].entity, ranked[0].fault_class, [r.entity for r in ranked]
+
+
+# -- specifications --------------------------------------------------------------------------
+
+def test_a_callee_whose_latency_rises_is_ranked_above_its_callers(store: Store) -> None:
+    simulate(store, during=Knobs(model_ms=200.0))
+    first, fault, order = top(store)
+    assert first == "model"
+    assert fault is FaultClass.LATENCY
+    # The callers' spans got longer too, but only by waiting: they are not accused above it.
+    assert all(order.index("model") < order.index(s) for s in ("api", "gateway") if s in order)
+
+
+def test_a_slower_network_hop_is_charged_to_the_callee_all_slow_calls_go_to(
+        store: Store) -> None:
+    simulate(store, during=Knobs(network_ms=80.0))
+    ranked = rank(store, ANOMALY, BASELINE)
+    assert ranked[0].fault_class is FaultClass.NETWORK
+    assert all(e.signal.startswith("network_ms:") for e in ranked[0].evidence)
+
+
+def test_a_cpu_metric_jump_gives_fault_class_cpu(store: Store) -> None:
+    simulate(store, cpu=lambda anomalous: {"api": 95.0} if anomalous else {})
+    first, fault, _ = top(store)
+    assert (first, fault) == ("api", FaultClass.CPU)
+
+
+def test_an_error_template_burst_gives_errors(store: Store) -> None:
+    simulate(store, during=Knobs(api_fails=True))
+    ranked = rank(store, ANOMALY, BASELINE)
+    assert (ranked[0].entity, ranked[0].fault_class) == ("api", FaultClass.ERRORS)
+    kinds = {e.kind for e in ranked[0].evidence}
+    assert EvidenceKind.LOG_TEMPLATE in kinds
+    signals = " ".join(e.signal for e in ranked[0].evidence)
+    assert "feature store lookup failed" in signals or "errors:" in signals
+
+
+def test_a_callee_that_stops_answering_is_a_crash(store: Store) -> None:
+    simulate(store, during=Knobs(model_down=True))
+    first, fault, _ = top(store)
+    assert (first, fault) == ("model", FaultClass.CRASH)
+
+
+def test_the_entity_attribute_chooses_the_candidates_a_slow_replica(store: Store) -> None:
+    simulate(store, before=Knobs(replica_ms={"model-a": 20.0, "model-b": 20.0}),
+             during=Knobs(replica_ms={"model-a": 20.0, "model-b": 250.0}))
+    first, fault, order = top(store, entity="service.instance.id")
+    assert (first, fault) == ("model-b", FaultClass.LATENCY)
+    assert "model-a" not in order[:1]
+
+
+def test_a_span_attribute_can_be_the_candidate_a_slow_model_version(store: Store) -> None:
+    simulate(store, before=Knobs(version_ms={"v1": 20.0, "v2": 20.0}),
+             during=Knobs(version_ms={"v1": 20.0, "v2": 150.0}))
+    first, fault, order = top(store, entity="aiops.model.version")
+    # Only the model's spans carry a version: the others take part but are no candidates.
+    assert (first, fault) == ("v2", FaultClass.LATENCY)
+    assert set(order) <= {"v1", "v2"}
+
+
+@pytest.mark.parametrize("fault", ["latency", "cpu", "errors"])
+def test_evidence_ids_point_at_real_rows(store: Store, fault: str) -> None:
+    knobs = {"latency": Knobs(model_ms=200.0), "errors": Knobs(api_fails=True)}.get(fault)
+    simulate(store, during=knobs,
+             cpu=(lambda a: {"model": 90.0} if a else {}) if fault == "cpu" else None)
+    ranked = rank(store, ANOMALY, BASELINE)
+    evidence = [e for r in ranked[:3] for e in r.evidence]
+    assert evidence
+    for e in evidence:
+        if e.kind is EvidenceKind.TRACE:
+            n = store.query("SELECT count(*) FROM spans WHERE trace_id = ?", [e.id]).rows[0][0]
+        elif e.kind is EvidenceKind.METRIC:
+            n = store.query("SELECT count(*) FROM metric_points WHERE name = ? AND "
+                            "service_name = ?", [e.id, e.entity]).rows[0][0]
+        else:
+            bodies = [r[0] for r in store.query(
+                "SELECT DISTINCT body FROM logs WHERE service_name = ?", [e.entity]).rows]
+            n = sum(1 for b in bodies if _template_regex(e.id).fullmatch(b))
+        assert n > 0, f"{e.kind} evidence {e.id!r} of {e.entity} matches no row"
+
+
+def _template_regex(template: str) -> re.Pattern[str]:
+    parts = re.split(r"<[A-Z]+>|<\*>", template)
+    return re.compile(".*?".join(re.escape(p) for p in parts))
+
+
+def test_nothing_wrong_means_nothing_confident(store: Store) -> None:
+    simulate(store)
+    ranked = rank(store, ANOMALY, BASELINE)
+    # Noise may leave weak traces, but none strong: below the evidence of a real fault.
+    assert all(r.score < 1.0 for r in ranked)
+
+
+def test_the_same_input_gives_the_same_ranking(store: Store) -> None:
+    simulate(store, during=Knobs(model_ms=120.0, api_fails=False))
+    assert rank(store, ANOMALY, BASELINE) == rank(store, ANOMALY, BASELINE)
+
+
+def test_baselines_must_not_overlap_the_anomaly(store: Store) -> None:
+    with pytest.raises(ValueError, match="overlap"):
+        rank(store, ANOMALY, Window(T0, ANOMALY.start + timedelta(seconds=1)))
+    with pytest.raises(ValueError, match="not an attribute"):
+        rank(store, ANOMALY, BASELINE, entity="x'); DROP TABLE spans; --")
+
+
+def test_a_raw_duckdb_connection_works_like_a_store(store: Store) -> None:
+    import duckdb
+
+    from aiops.schema import TABLES
+
+    simulate(store, during=Knobs(model_ms=200.0))
+    con = duckdb.connect()
+    for t in TABLES:
+        con.execute(t.ddl())
+    for name in ("spans", "logs", "metric_points"):
+        con.register("src", store.query_arrow(f"SELECT * FROM {name}"))
+        con.execute(f"INSERT INTO {name} SELECT * FROM src")
+        con.unregister("src")
+    assert rank(con, ANOMALY, BASELINE, config=RankConfig())[0].entity == "model"

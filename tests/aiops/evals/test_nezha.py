@@ -1,0 +1,67 @@
+"""The root-cause ranker on the Nezha corpus (TrainTicket and Online Boutique), end to end:
+CSVs -> the project's spans/logs/metric_points tables -> aiops.analytics.rca -> AS@k.
+
+The floors are what the ranker achieves, less about one fault of margin; the goals (and
+Nezha's own numbers, read from ../shared/datasets/published) are in the report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aiops.evals.nezha import NezhaReport, faults, render, run_nezha, service_of
+
+DATASETS = Path(__file__).resolve().parents[3].parent / "shared" / "datasets"
+NEZHA = DATASETS / "nezha"
+PUBLISHED = DATASETS / "published" / "nezha_fse23_table3_table4.csv"
+
+pytestmark = pytest.mark.skipif(
+    not (NEZHA / "rca_data").is_dir(),
+    reason=f"the Nezha corpus is not at {NEZHA} (../shared/datasets/nezha from the repo root)")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> NezhaReport:
+    return run_nezha(NEZHA, workdir=tmp_path_factory.mktemp("nezha"))
+
+
+def test_every_day_folder_with_a_fault_list_is_evaluated(report: NezhaReport) -> None:
+    days = [d for d in (NEZHA / "rca_data").iterdir()
+            if (d / f"{d.name}-fault_list.json").is_file()]
+    expected = sum(len(faults(d)) for d in days)
+    assert sum(len(r.results) for r in report.systems.values()) == expected
+    assert set(report.systems) >= {"TrainTicket", "Online Boutique"}
+
+
+def test_trainticket_root_causes_are_found(report: NezhaReport) -> None:
+    tt = report.systems["TrainTicket"]
+    assert tt.at(1) >= 0.92  # 27 of 28 here
+    assert tt.at(3) >= 0.96  # 28 of 28 here
+
+
+def test_online_boutique_root_causes_are_found(report: NezhaReport) -> None:
+    ob = report.systems["Online Boutique"]
+    # 22 of 24 here; the two misses have no traces or logs in this snapshot and no metric
+    # that moved within the window.
+    assert ob.at(1) >= 0.87
+    assert ob.at(5) >= 0.87
+
+
+def test_the_fault_class_mostly_matches_the_injection(report: NezhaReport) -> None:
+    for system in report.systems.values():
+        assert system.class_accuracy() >= 0.75
+
+
+def test_the_report_sets_the_run_beside_the_published_rows(report: NezhaReport) -> None:
+    table = render(report, PUBLISHED)
+    assert "aiops rca (this run)" in table
+    if PUBLISHED.is_file():
+        assert "Nezha (published)" in table
+        assert "86.67" in table  # Nezha's TrainTicket AS@1, read from the CSV
+
+
+def test_services_are_pods_without_their_last_two_dash_groups() -> None:
+    assert service_of("ts-contacts-service-866bd68c97-xcqfx") == "ts-contacts-service"
+    assert service_of("frontend-579b9bff58-t2dbm") == "frontend"

@@ -1,0 +1,71 @@
+"""The committed dashboards and provisioning files are what the code generates, and they hang
+together: every panel names a provisioned datasource, every Infinity body is valid JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from dashboards.cli import app
+from dashboards.datasources import INFINITY_PLUGIN
+from dashboards.generate import GENERATED, PACKAGE_DIR, PROVISIONING, render
+from dashboards.inspect import queries
+
+DASHBOARDS = sorted((PACKAGE_DIR / GENERATED).glob("*.json"))
+
+
+def test_committed_files_are_exactly_what_generate_writes() -> None:
+    # CI's check: a dashboard change is a code change plus `aiops dashboards generate`.
+    for rel, text in render().items():
+        assert (PACKAGE_DIR / rel).read_text() == text, f"{rel} is stale: run " \
+            "`aiops dashboards generate`"
+    assert {p.name for p in DASHBOARDS} == {
+        f"{uid}.json" for uid in ("aiops-serving", "aiops-canary", "aiops-incidents",
+                                  "aiops-ebpf", "aiops-pipeline", "aiops-slo")}
+
+
+def test_generate_and_check_commands(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["generate", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.*")) == sorted(render())
+    result = runner.invoke(app, ["check"])
+    assert result.exit_code == 0 and "current" in result.output
+
+
+def test_every_query_names_a_provisioned_datasource() -> None:
+    provisioned = yaml.safe_load(
+        (PACKAGE_DIR / PROVISIONING / "datasources" / "aiops.yaml").read_text())
+    by_uid = {d["uid"]: d for d in provisioned["datasources"]}
+    assert by_uid["aiops-api"]["type"] == INFINITY_PLUGIN
+    assert by_uid["aiops-prometheus"]["type"] == "prometheus"
+    for path in DASHBOARDS:
+        doc = json.loads(path.read_text())
+        ids = [p["id"] for p in doc["panels"]]
+        assert len(ids) == len(set(ids)), f"{path.name}: panel ids repeat"
+        for q in queries(doc):
+            assert q.datasource in by_uid, f"{path.name} {q.where}"
+
+
+def test_infinity_bodies_are_json_once_grafana_fills_in_the_range() -> None:
+    for path in DASHBOARDS:
+        for q in queries(json.loads(path.read_text())):
+            if not q.is_infinity or q.target["url_options"]["method"] != "POST":
+                continue
+            body = json.loads(q.target["url_options"]["data"]
+                              .replace("${__from}", "1").replace("${__to}", "2"))
+            assert body["params"][:2] == [1, 2], q.where
+            assert body["sql"].lstrip().upper().startswith(("SELECT", "WITH")), q.where
+
+
+def test_slo_objectives_come_from_the_model_specs(tmp_path: Path) -> None:
+    specs = tmp_path / "models.yaml"
+    specs.write_text(yaml.safe_dump({"models": [{
+        "name": "tiny", "version": "v1", "backend": "echo", "model_type": "llm",
+        "qos": {"slo": {"p99_ms": 123, "error_rate": 0.02}}}]}))
+    slo = render(models_file=specs)[f"{GENERATED}/aiops-slo.json"]
+    assert "('tiny', 123.0, 0.01, 0.02)" in slo
+    assert "smollm2" not in slo
