@@ -465,6 +465,12 @@ def bench_all() -> None:
         console.print("ebpf: skipped: " + "; ".join(preflight()))
     else:
         bench_ebpf()
+    bench_mttr()
+    if (DATASETS / "nezha").is_dir():
+        bench_rca()
+        bench_logs()
+    else:
+        console.print(f"rca, logs: skipped: no corpora at {DATASETS}")
 
 models_app = typer.Typer(no_args_is_help=True, help="Model specs.")
 app.add_typer(models_app, name="models")
