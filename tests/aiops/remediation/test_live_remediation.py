@@ -85,6 +85,17 @@ def _wait_action(stack: Settings, want: dict[str, str], timeout_s: float = 60,
     raise AssertionError(f"no action like {want} within {timeout_s} s: {actions}")
 
 
+def _no_active_incident(stack: Settings, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        active = httpx.get(f"{stack.server_url}/api/v1/incidents",
+                           params={"status": "active"}).json()["incidents"]
+        if not active:
+            return
+        time.sleep(1)
+    raise AssertionError(f"incidents still active after {timeout_s} s: {active}")
+
+
 def _ledger(stack: Settings, action_id: str) -> list[str]:
     with ServerClient(stack.server_url) as db:
         rows = db.rows("SELECT entry->>'status' AS status FROM ledger WHERE action_id = ? "
@@ -132,7 +143,7 @@ def test_a_slow_canary_is_rolled_back_then_a_second_is_refused_by_the_cooldown(
 
 @pytest.mark.usefixtures("traffic")
 def test_scaling_waits_for_an_approver_and_then_runs(stack: Settings) -> None:
-    time.sleep(10)  # the last incident resolves
+    _no_active_incident(stack)  # a new incident gets its own plan; an open one has had its
     with LifecycleClient.from_settings(stack) as control:
         control.set_faults("echo", "v1", {"latency_ms": 200})
         try:
