@@ -446,6 +446,16 @@ def bench_logs(datasets: DatasetsOption = DATASETS) -> None:
                                     / "loghub2_issta24_effectiveness_2k_vs_full.csv")))
 
 
+@bench_app.command("anomaly")
+def bench_anomaly(datasets: DatasetsOption = DATASETS) -> None:
+    """Streaming metric anomaly detection on NAB (standard, low-FP, low-FN profiles), beside
+    the reference detectors re-scored from their saved outputs and the published scoreboard."""
+    from aiops.evals.nab import render, run_nab
+
+    _need(datasets / "nab")
+    console.print(render(run_nab(datasets / "nab")))
+
+
 def _need(*folders: Path) -> None:
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:
@@ -469,6 +479,7 @@ def bench_all() -> None:
     if (DATASETS / "nezha").is_dir():
         bench_rca()
         bench_logs()
+        bench_anomaly()
     else:
         console.print(f"rca, logs: skipped: no corpora at {DATASETS}")
 
