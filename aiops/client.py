@@ -37,8 +37,12 @@ class ServerClient:
         body: dict[str, Any] = {"sql": query, "params": params or []}
         if limit is not None:
             body["limit"] = limit
+        return self._request("POST", "/api/v1/sql", json=body)
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """One call; an unreachable server is a StackError, a non-200 answer QueryFailed."""
         try:
-            resp = self._http.post("/api/v1/sql", json=body)
+            resp = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise StackError(f"cannot reach the aiops server at {self._http.base_url}: {exc}") \
                 from exc
@@ -53,15 +57,7 @@ class ServerClient:
         return [dict(zip(result["columns"], r, strict=True)) for r in result["rows"]]
 
     def _get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        try:
-            resp = self._http.get(path, params=params)
-        except httpx.HTTPError as exc:
-            raise StackError(f"cannot reach the aiops server at {self._http.base_url}: {exc}") \
-                from exc
-        if resp.status_code != 200:
-            raise QueryFailed(f"HTTP {resp.status_code}: {error_message(resp)}")
-        result: dict[str, Any] = resp.json()
-        return result
+        return self._request("GET", path, params=params)
 
     def incidents(self, status: str | None = None) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._get(
@@ -79,16 +75,8 @@ class ServerClient:
     def decide(self, action_id: str, approve: bool, token: str, user: str) -> dict[str, Any]:
         """Approve or deny a pending action (needs the admin token)."""
         verdict = "approve" if approve else "deny"
-        try:
-            resp = self._http.post(f"/api/v1/actions/{action_id}/{verdict}", headers={
-                "authorization": f"Bearer {token}", "x-aiops-user": user})
-        except httpx.HTTPError as exc:
-            raise StackError(f"cannot reach the aiops server at {self._http.base_url}: {exc}") \
-                from exc
-        if resp.status_code != 200:
-            raise QueryFailed(f"HTTP {resp.status_code}: {error_message(resp)}")
-        result: dict[str, Any] = resp.json()
-        return result
+        return self._request("POST", f"/api/v1/actions/{action_id}/{verdict}", headers={
+            "authorization": f"Bearer {token}", "x-aiops-user": user})
 
     def close(self) -> None:
         self._http.close()
