@@ -24,10 +24,14 @@ config_app = typer.Typer(no_args_is_help=True, help="Show or document the config
 app.add_typer(config_app, name="config")
 
 def _mount_optional() -> None:
-    """Command groups whose modules live beside the core (dashboards as code, Kubernetes)."""
+    """Commands whose modules live beside the core (the agent, dashboards as code,
+    Kubernetes)."""
+    from agents.cli import ask, evaluate
     from aiops.k8s.cli import app as k8s_app
     from dashboards.cli import app as dashboards_app
 
+    app.command("ask")(ask)
+    app.command("eval")(evaluate)
     app.add_typer(dashboards_app, name="dashboards")
     app.add_typer(k8s_app, name="k8s")
 

@@ -78,6 +78,13 @@ class ServerClient:
         return self._request("POST", f"/api/v1/actions/{action_id}/{verdict}", headers={
             "authorization": f"Bearer {token}", "x-aiops-user": user})
 
+    def ask(self, question: str, user: str = "cli", token: str | None = None,
+            timeout_s: float = 180.0) -> dict[str, Any]:
+        """A chat-ops question; with the admin token the agent may propose actions."""
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        return self._request("POST", "/v1/chatops", json={"question": question, "user": user},
+                             headers=headers, timeout=timeout_s)
+
     def close(self) -> None:
         self._http.close()
 

@@ -152,6 +152,39 @@ class Settings(BaseSettings):
         "`/lib/modules/$(uname -r)/build` when present, else the merged Debian tree "
         "`make ebpf-headers` prepares in `.build/kernel-headers`.")
 
+    # The chat-ops agent.
+    agent_mode: Literal["plan", "tools"] = Field(
+        "plan", description="`plan`: a fixed investigation plan, the LLM writes only the "
+        "narrative (right for the embedded SmolLM2); `tools`: llama-index's function-calling "
+        "agent drives the tools (needs a model that calls tools, e.g. vLLM on a GPU).")
+    agent_llm_url: str = Field(
+        "", description="OpenAI-compatible base URL of the agent's LLM. Empty: the stack's own "
+        "Serve endpoint (`<serve_url>/v1`); `none`: no LLM (template narratives).")
+    agent_llm_model: str = Field("smollm2-135m-instruct", description="Model name sent to "
+                                 "the agent's LLM endpoint.")
+    agent_llm_api_key: str = Field(
+        "", description="API key for the agent's LLM endpoint. Empty: the first of "
+        "`AIOPS_API_KEYS` (the stack's own), else none.")
+    agent_timeout_s: float = Field(60.0, gt=0, description="Longest wait for one LLM call.")
+    agent_max_concurrent: int = Field(
+        2, ge=1, description="Questions answered at once; more get HTTP 429 (Retry-After).")
+    agent_sql_rows: int = Field(200, ge=1, description="Most rows an agent SQL lookup returns.")
+    agent_sql_timeout_s: float = Field(5.0, gt=0, description="Longest agent SQL lookup; "
+                                       "the statement is interrupted after it.")
+    slack_signing_secret: str = Field(
+        "", description="Signing secret of the Slack app; empty disables the Slack "
+        "slash-command endpoint (`/v1/slack/command`).")
+    slack_response_hosts: str = Field(
+        "hooks.slack.com", description="Comma-separated hosts a Slack `response_url` may "
+        "point at (the follow-up answer is posted there; anything else is refused).")
+
+    @property
+    def agent_llm_base(self) -> str | None:
+        """The agent's LLM base URL, or None for no LLM."""
+        if self.agent_llm_url.strip().lower() == "none":
+            return None
+        return self.agent_llm_url or f"{self.serve_url}/v1"
+
     @property
     def db_path(self) -> Path:
         return self.data_dir / self.db_file

@@ -24,6 +24,7 @@ __all__ = [
     "ModelError",
     "PayloadTooLarge",
     "QueryRejected",
+    "QueryTimeout",
     "SchemaMismatch",
     "StackError",
     "StoreError",
@@ -49,6 +50,10 @@ class SchemaMismatch(StoreError):
 
 class QueryRejected(StoreError):
     """A query sent to the read-only query path is not a single read statement."""
+
+
+class QueryTimeout(StoreError):
+    """A read-only query ran past its time limit and was interrupted."""
 
 
 class DecodeError(AIOpsError):

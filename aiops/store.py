@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from aiops.errors import QueryRejected, SchemaMismatch, StoreError
+from aiops.errors import QueryRejected, QueryTimeout, SchemaMismatch, StoreError
 from aiops.ledger import GENESIS, Anchor, canonical, link
 from aiops.migrations import apply_migrations
 from aiops.schema import Table, table
@@ -195,19 +195,28 @@ class Store:
     # -- reads -----------------------------------------------------------------------------
 
     def query(
-        self, sql: str, params: list[Any] | None = None, limit: int | None = None
+        self, sql: str, params: list[Any] | None = None, limit: int | None = None,
+        timeout_s: float | None = None,
     ) -> QueryResult:
-        """Run one read-only statement; at most ``limit`` rows come back."""
+        """Run one read-only statement; at most ``limit`` rows come back, and a statement
+        still running after ``timeout_s`` is interrupted (QueryTimeout)."""
         self._check_read_only(sql)
         cur = self._conn.cursor()
+        timer = threading.Timer(timeout_s, cur.interrupt) if timeout_s else None
+        if timer is not None:
+            timer.start()
         try:
             rel = cur.execute(sql, params or [])
             columns = [d[0] for d in rel.description or []]
             types = [str(d[1]) for d in rel.description or []]
             rows = rel.fetchmany(limit + 1) if limit is not None else rel.fetchall()
+        except duckdb.InterruptException as exc:
+            raise QueryTimeout(f"query interrupted after {timeout_s:g} s") from exc
         except duckdb.Error as exc:
             raise StoreError(f"query failed: {exc}") from exc
         finally:
+            if timer is not None:
+                timer.cancel()
             cur.close()
         truncated = limit is not None and len(rows) > limit
         return QueryResult(columns, types, rows[:limit] if truncated else rows, truncated)

@@ -51,6 +51,9 @@ __all__ = ["INGRESS_NAME", "Ingress", "api"]
 
 log = logging.getLogger(__name__)
 
+# Backends that can hold generation to a JSON schema (response_format).
+CONSTRAINABLE = ("llama_cpp", "vllm")
+
 INGRESS_NAME = "ingress"
 PRIORITY_HEADER = "x-aiops-priority"
 MODEL_VERSION_HEADER = "x-aiops-model-version"
@@ -372,6 +375,13 @@ class Ingress:
         payload = {"messages": [{"role": m.role, "content": m.text()} for m in req.messages],
                    "max_tokens": req.effective_max_tokens(), "temperature": req.temperature,
                    "seed": req.seed, "stop": list(req.stop_list())}
+        schema = req.response_format.constraint() if req.response_format else None
+        if schema is not None:
+            if spec.backend not in CONSTRAINABLE:
+                raise ApiError(400, f"model {spec.name} (backend {spec.backend}) cannot "
+                               "constrain its output: response_format must be text",
+                               param="response_format")
+            payload["json_schema"] = schema
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return await self._stream(request, target, payload, scope, include_usage, chat=True,

@@ -13,13 +13,14 @@ import struct
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
     "ChatCompletionRequest",
     "CompletionRequest",
     "EmbeddingRequest",
     "ImageError",
+    "ResponseFormat",
     "chat_chunk",
     "chat_completion_body",
     "completion_body",
@@ -81,9 +82,39 @@ class _Sampling(_Lenient):
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop[:4])
 
 
+class JsonSchemaFormat(_Lenient):
+    name: str = Field("answer", max_length=64)
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Lenient):
+    """OpenAI's ``response_format``: free text, any JSON object, or JSON matching a schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("response_format of type json_schema needs json_schema.schema")
+        if self.json_schema is not None and len(json.dumps(self.json_schema.schema_)) > 32_000:
+            raise ValueError("response_format.json_schema.schema is over 32,000 characters")
+        return self
+
+    def constraint(self) -> str | None:
+        """The JSON schema text the backend must honour ("{}": any JSON object; None: text)."""
+        if self.type == "text":
+            return None
+        if self.type == "json_object" or self.json_schema is None:
+            return "{}"
+        return json.dumps(self.json_schema.schema_, sort_keys=True)
+
+
 class ChatCompletionRequest(_Sampling):
     messages: list[Message] = Field(min_length=1, max_length=256)
     max_completion_tokens: int | None = Field(None, ge=1)
+    response_format: ResponseFormat | None = None
 
     def effective_max_tokens(self) -> int:
         return self.max_completion_tokens or self.max_tokens

@@ -316,7 +316,7 @@ def _generation_request(payload: dict[str, Any]) -> GenerationRequest:
         messages=tuple(ChatMessage(m["role"], m["content"]) for m in payload.get("messages", ())),
         prompt=payload.get("prompt"), max_tokens=payload["max_tokens"],
         temperature=payload["temperature"], seed=payload.get("seed"),
-        stop=tuple(payload.get("stop", ())))
+        stop=tuple(payload.get("stop", ())), json_schema=payload.get("json_schema"))
 
 
 def _check_trust(spec: ModelSpec, trust: Trust) -> None:

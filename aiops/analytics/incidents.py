@@ -102,7 +102,12 @@ class Incident:
 
     @property
     def onset_ns(self) -> int:
-        return min((f.start_ns for f in self.findings.values()), default=self.opened_ns)
+        """When it started: the earliest finding's window. A burn-rate finding's start is
+        its long window's (up to an hour back), a bound rather than an onset: used only when
+        nothing else fired."""
+        sharp = [f.start_ns for f in self.findings.values() if f.detector != "slo_burn"]
+        return min(sharp or [f.start_ns for f in self.findings.values()],
+                   default=self.opened_ns)
 
     @property
     def severity(self) -> str:

@@ -72,6 +72,7 @@ class _Tracked:
     mode: Mode
     rule: str
     executed_ns: int | None = None
+    decision: str = ""  # why the policy decided as it did
     written_ns: int = 0  # rows of one action get strictly increasing updated_at
 
 
@@ -107,12 +108,24 @@ class Remediator:
         if action is None:
             return
         self._planned.add(inc.incident_id)
+        self._submit(action, "planner", tracker, now_ns)
+
+    def propose(self, action: Action, actor: str, now_ns: int,
+                tracker: IncidentTracker | None = None) -> dict[str, Any]:
+        """An action proposed from outside the loop (the agent, chat-ops): the same policy
+        decides it, and the same ledger records it, as for the planner's own."""
+        with self._lock:
+            return self.describe(self._submit(action, actor, tracker, now_ns))
+
+    def _submit(self, action: Action, actor: str, tracker: IncidentTracker | None,
+                now_ns: int) -> _Tracked:
         replicas = action.params.get("max_replicas")
         decision = self.policy.decide(action.kind, action.target, now_ns, self._history(),
                                       replicas if isinstance(replicas, int) else None)
-        tracked = _Tracked(action, "proposed", decision.mode, decision.rule)
+        tracked = _Tracked(action, "proposed", decision.mode, decision.rule,
+                           decision=decision.reason)
         self.actions[action.action_id] = tracked
-        self._record(tracked, "proposed", "planner", now_ns, {"reason": action.reason})
+        self._record(tracked, "proposed", actor, now_ns, {"reason": action.reason})
         outcome = {"rule": decision.rule, "reason": decision.reason}
         if decision.mode is Mode.OFF:
             self._record(tracked, "denied", "policy", now_ns, outcome)
@@ -123,6 +136,7 @@ class Remediator:
         else:
             self._record(tracked, "approved", "policy", now_ns, outcome)
             self._execute(tracked, tracker, now_ns)
+        return tracked
 
     def _execute(self, t: _Tracked, tracker: IncidentTracker | None, now_ns: int) -> None:
         try:
@@ -190,6 +204,7 @@ class Remediator:
         return {"action_id": a.action_id, "incident_id": a.incident_id, "kind": str(a.kind),
                 "model": a.model, "version": a.version, "params": a.params,
                 "status": t.status, "mode": str(t.mode), "rule": t.rule,
+                "decision": t.decision,
                 "description": a.describe(), "reason": a.reason}
 
     # -- records -----------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 Routes: ``/healthz`` (alive), ``/readyz`` (store usable), ``/metrics`` (its own Prometheus
 metrics), ``/metrics/otlp`` (the OTLP metrics in the store, for Prometheus), the OTLP/HTTP
 receiver (``/v1/traces|logs|metrics``) and the read-only SQL API
-(``POST /api/v1/sql``). ``create_app`` takes its dependencies so tests pass real ones.
+(``POST /api/v1/sql``), incidents and actions, and chat-ops
+(``POST /v1/chatops``, the Slack slash command ``POST /v1/slack/command``).
+``create_app`` takes its dependencies so tests pass real ones.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from prometheus_client import (
 )
 from pydantic import BaseModel, Field
 
+from agents.chatops import AgentService
+from agents.chatops import make_router as chatops_router
 from aiops.analytics.engine import Analyzer, AnalyzerConfig, objectives_from_specs
 from aiops.analytics.slo import parse_windows
 from aiops.analytics.traces import TraceThresholds
@@ -82,6 +86,18 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
                             lambda: LifecycleClient.from_settings(settings))
     analyzer = _analyzer(settings, store, remediator) if settings.analytics else None
 
+    tracker = analyzer.tracker if analyzer is not None else None
+    agents = AgentService(settings, store, lambda action, actor, now_ns: remediator.propose(
+        action, actor, now_ns, tracker))
+
+    def is_admin(request: Request) -> bool:
+        given = request.headers.get("authorization", "")
+        try:
+            return given.lower().startswith("bearer ") and \
+                secrets.compare_digest(given[7:].strip(), admin_token(settings))
+        except StackError:
+            return False
+
     def require_token(request: Request) -> None:
         """Mutating endpoints want the admin token (the control plane's): 401 without one,
         403 with a wrong one."""
@@ -116,6 +132,7 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
     app = FastAPI(title="aiops server", version="0.1.0", lifespan=lifespan)
     app.state.writer, app.state.budget = writer, budget
     app.include_router(make_router(writer, budget, settings.max_body_bytes, receiver_metrics))
+    app.include_router(chatops_router(agents, is_admin))
     Gauge("aiops_ingest_buffer_bytes", "Bytes of request bodies and decoded batches in "
           "flight", registry=registry).set_function(lambda: budget.used)
     Gauge("aiops_ingest_buffer_peak_bytes", "Most bytes ever in flight",

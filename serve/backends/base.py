@@ -49,6 +49,7 @@ class GenerationRequest:
     temperature: float = 0.7
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    json_schema: str | None = None  # output must be JSON matching it ("{}": any JSON object)
 
 
 @dataclass(frozen=True)

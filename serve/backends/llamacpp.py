@@ -10,6 +10,7 @@ Options (``options:`` in the spec): ``n_ctx`` (default 2048), ``n_threads`` (def
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -59,12 +60,20 @@ class LlamaCppBackend:
     def _call(self, request: GenerationRequest, stream: bool) -> Any:
         if self._llm is None:
             raise ModelError(f"backend for {self.spec.name} is not started")
-        common = {"max_tokens": request.max_tokens, "temperature": request.temperature,
-                  "seed": request.seed, "stop": list(request.stop) or None, "stream": stream}
+        common: dict[str, Any] = {"max_tokens": request.max_tokens,
+                                  "temperature": request.temperature,
+                                  "seed": request.seed, "stop": list(request.stop) or None,
+                                  "stream": stream}
         try:
             if request.prompt is not None:
                 return self._llm.create_completion(prompt=request.prompt, **common)
             messages = [{"role": m.role, "content": m.content} for m in request.messages]
+            if request.json_schema is not None:
+                # llama.cpp compiles the schema to a grammar: every sampled token keeps the
+                # output a valid prefix of a matching JSON document.
+                schema = json.loads(request.json_schema)
+                common["response_format"] = ({"type": "json_object", "schema": schema}
+                                             if schema else {"type": "json_object"})
             return self._llm.create_chat_completion(messages=messages, **common)
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"llama.cpp failed to answer: {exc}") from exc

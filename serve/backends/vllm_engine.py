@@ -14,6 +14,7 @@ Options: ``max_model_len`` (2048), ``kv_cache_mb`` (512), ``dtype`` (bfloat16),
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -136,9 +137,17 @@ class VllmBackend:
 
         if self._engine is None:
             raise ModelError(f"backend for {self.spec.name} is not started")
+        extra: dict[str, Any] = {}
+        if request.json_schema is not None:
+            # vLLM's structured outputs (xgrammar) hold decoding to the schema.
+            from vllm.sampling_params import StructuredOutputsParams
+
+            schema = json.loads(request.json_schema)
+            extra["structured_outputs"] = (StructuredOutputsParams(json=schema) if schema
+                                           else StructuredOutputsParams(json_object=True))
         params = SamplingParams(max_tokens=request.max_tokens, temperature=request.temperature,
                                 seed=request.seed, stop=list(request.stop) or None,
-                                output_kind=RequestOutputKind.DELTA)
+                                output_kind=RequestOutputKind.DELTA, **extra)
         request_id = uuid.uuid4().hex
         with self._lock:
             try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import io
+import json
 import time
 
 import httpx
@@ -40,6 +41,27 @@ def test_chat(client: openai.OpenAI) -> None:
         max_tokens=16, temperature=0)
     assert "France" in (out.choices[0].message.content or "")
     assert out.usage is not None and out.usage.prompt_tokens > 5
+
+
+def test_response_format_json_schema_constrains_the_chat_model(client: openai.OpenAI) -> None:
+    schema = {"type": "object", "properties": {"country": {"enum": ["France", "Spain"]}},
+              "required": ["country"]}
+    out = client.chat.completions.create(
+        model=CHAT, messages=[{"role": "user", "content": "Paris is in which country?"}],
+        max_tokens=24, temperature=0, response_format={
+            "type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
+    assert json.loads(out.choices[0].message.content or "") == {"country": "France"}
+
+
+def test_response_format_is_refused_where_it_cannot_be_honoured(client: openai.OpenAI,
+                                                                 stack: Settings) -> None:
+    with pytest.raises(openai.BadRequestError, match="cannot constrain"):
+        client.chat.completions.create(model=VISION, messages=[{"role": "user", "content": "hi"}],
+                                       response_format={"type": "json_object"})
+    r = httpx.post(f"{stack.serve_url}/v1/chat/completions", json={
+        "model": CHAT, "messages": [{"role": "user", "content": "hi"}],
+        "response_format": {"type": "json_schema"}})
+    assert r.status_code == 400 and "needs json_schema" in r.text
 
 
 def test_streaming_chat_matches_the_whole_answer(client: openai.OpenAI) -> None:

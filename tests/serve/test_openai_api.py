@@ -5,6 +5,7 @@ import json
 import struct
 
 import pytest
+from pydantic import ValidationError
 
 from serve.openai_api import (
     ChatCompletionRequest,
@@ -58,3 +59,21 @@ def test_stream_events_and_the_usage_chunk() -> None:
     assert event["choices"][0]["delta"] == {"content": "hi"}
     usage = chat_chunk("id", "m", usage=(3, 4))
     assert usage["choices"] == [] and usage["usage"]["total_tokens"] == 7
+
+
+def test_response_format_reads_as_a_schema_constraint() -> None:
+    def fmt(rf: dict[str, object]) -> str | None:
+        req = ChatCompletionRequest.model_validate({
+            "model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "response_format": rf})
+        assert req.response_format is not None
+        return req.response_format.constraint()
+
+    assert fmt({"type": "text"}) is None
+    assert fmt({"type": "json_object"}) == "{}"
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert json.loads(fmt({"type": "json_schema", "json_schema": {"name": "x",
+                                                                  "schema": schema}}) or "") \
+        == schema
+    with pytest.raises(ValidationError, match="needs json_schema"):
+        fmt({"type": "json_schema"})

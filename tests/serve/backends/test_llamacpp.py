@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
+import jsonschema
 import pytest
 
 from aiops.errors import ModelError
@@ -75,3 +77,14 @@ def test_backends_are_looked_up_by_name() -> None:
     assert get_backend("llama_cpp") is LlamaCppBackend
     with pytest.raises(KeyError, match="no backend named 'nope'"):
         get_backend("nope")
+
+
+def test_a_json_schema_holds_generation_to_it(backend: LlamaCppBackend) -> None:
+    schema = {"type": "object", "properties": {
+        "severity": {"enum": ["page", "ticket"]},
+        "services": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                     "maxItems": 2}}, "required": ["severity", "services"]}
+    out = backend.generate(ask("The chat model is down for everyone. Classify it.",
+                               max_tokens=60, temperature=0.0,
+                               json_schema=json.dumps(schema)))
+    jsonschema.validate(json.loads(out.text), schema)

@@ -1,0 +1,238 @@
+"""The chat-ops agent: a question in, an answer with facts, evidence and a narrative out.
+
+Two paths over the same tools:
+
+- ``plan`` (default; the embedded SmolLM2): rules and constrained generation read the
+  question, the deterministic plan (``agents.investigate``) establishes the facts, and the LLM
+  only writes the narrative (``agents.narrate``).
+- ``tools``: a capable OpenAI-compatible model (vLLM on a GPU, or any endpoint) drives
+  llama-index's ``FunctionAgent`` over the same tools. The plan still runs, so the answer's
+  facts never depend on the model.
+
+Either way, actions go through ``propose_action`` and so through the remediation policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+import time
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agents.intent import Intent, IntentKind, intent_schema, parse_rules
+from agents.investigate import EvidenceItem, Facts, Investigation, investigate
+from agents.narrate import SYSTEM_PROMPT, Narrative, llm_narrative, template_narrative
+from agents.tools import Toolbox, ToolResult, ToolStatus
+from aiops.errors import AIOpsError
+
+if TYPE_CHECKING:
+    from llama_index.core.llms import LLM
+
+__all__ = ["Agent", "Answer", "make_llm"]
+
+Mode = Literal["plan", "tools"]
+
+HELP = ("Ask about incidents and models, e.g. 'what happened to smollm2-135m-instruct in the "
+        "last 15 minutes?', 'list open incidents', 'explain inc-...', 'roll back <model>'. "
+        "Actions go through the remediation policy.")
+
+
+class Step(BaseModel):
+    tool: str
+    status: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class Answer(BaseModel):
+    question: str
+    intent: Intent
+    facts: Facts | None
+    incidents: list[dict[str, Any]] = Field(default_factory=list)
+    evidence: list[EvidenceItem] = Field(default_factory=list)
+    slis: list[dict[str, Any]] = Field(default_factory=list)
+    logs: list[dict[str, Any]] = Field(default_factory=list)
+    actions: list[dict[str, Any]] = Field(default_factory=list)
+    proposal: ToolResult | None = None
+    narrative: Narrative
+    steps: list[Step] = Field(default_factory=list)
+    mode: Mode
+    elapsed_s: float = 0.0
+    text: str = ""  # the whole answer as Markdown (Slack, JSON clients)
+
+
+def make_llm(url: str, model: str, api_key: str = "none", timeout_s: float = 60.0,
+             function_calling: bool = False) -> LLM:
+    """An OpenAI-compatible chat model through llama-index (the Serve endpoint, vLLM, ...)."""
+    from llama_index.llms.openai_like import OpenAILike
+
+    llm: LLM = OpenAILike(model=model, api_base=url, api_key=api_key or "none",
+                          is_chat_model=True, is_function_calling_model=function_calling,
+                          context_window=2048, timeout=timeout_s, max_retries=1)
+    return llm
+
+
+class Agent:
+    def __init__(self, toolbox: Toolbox, llm: LLM | None = None, mode: Mode = "plan") -> None:
+        self.box = toolbox
+        self.llm = llm
+        self.mode = mode
+
+    # -- what the store knows -----------------------------------------------------------------
+
+    def known_models(self) -> list[str]:
+        rows = self.box.store.query(
+            "SELECT DISTINCT service_name FROM spans WHERE service_name <> 'ingress' "
+            "UNION SELECT DISTINCT service FROM incidents_current ORDER BY 1", [], 200).rows
+        return [r[0] for r in rows if r[0]]
+
+    def known_versions(self) -> list[str]:
+        rows = self.box.store.query(
+            "SELECT DISTINCT attributes->>'aiops.model.version' FROM spans", [], 200).rows
+        return [r[0] for r in rows if r[0]]
+
+    # -- reading the question -----------------------------------------------------------------
+
+    def parse(self, question: str, models: list[str]) -> Intent:
+        intent = parse_rules(question, models)
+        if intent is not None:
+            return intent
+        if self.llm is not None:
+            read = self._llm_intent(question, models)
+            if read is not None:
+                return read
+        return Intent(kind=IntentKind.INVESTIGATE)
+
+    def _llm_intent(self, question: str, models: list[str]) -> Intent | None:
+        from llama_index.core.llms import ChatMessage
+
+        assert self.llm is not None
+        fmt = {"type": "json_schema", "json_schema": {
+            "name": "intent", "schema": intent_schema(models), "strict": True}}
+        try:
+            reply = self.llm.chat([
+                ChatMessage(role="system", content="Classify the SRE's question. Reply JSON."),
+                ChatMessage(role="user", content=question)],
+                response_format=fmt, max_tokens=48, temperature=0.0)
+            body = json.loads(reply.message.content or "")
+            model = body["model"] if body["model"] in models else None
+            return Intent(kind=IntentKind(body["intent"]), model=model,
+                          minutes=float(body["minutes"]), source="llm")
+        except Exception:  # noqa: BLE001 - an unreadable reply falls back to the default
+            return None
+
+    # -- answering ---------------------------------------------------------------------------
+
+    def ask(self, question: str) -> Answer:
+        started = time.monotonic()
+        try:
+            models, versions = self.known_models(), self.known_versions()
+        except AIOpsError:
+            models, versions = [], []
+        intent = self.parse(question, models)
+        inv = investigate(self.box, intent)
+        if intent.kind is IntentKind.HELP:
+            narrative = Narrative(text=HELP, source="template")
+        elif self.mode == "tools" and self.llm is not None:
+            narrative = self._function_calling(question, inv)
+        elif self.llm is not None:
+            narrative = llm_narrative(self.llm, inv, question, versions)
+        else:
+            narrative = template_narrative(inv)
+        answer = Answer(
+            question=question, intent=intent, facts=inv.facts, incidents=inv.incidents,
+            evidence=inv.evidence, slis=inv.slis, logs=inv.logs, actions=inv.actions,
+            proposal=inv.proposal, narrative=narrative, mode=self.mode,
+            steps=[Step(tool=s.tool, status=str(s.status), params=s.params, error=s.error)
+                   for s in inv.steps])
+        answer.text = render_markdown(answer)
+        answer.elapsed_s = round(time.monotonic() - started, 3)
+        return answer
+
+    def _function_calling(self, question: str, inv: Investigation) -> Narrative:
+        """llama-index's FunctionAgent over the toolbox; its final text is the narrative."""
+        from llama_index.core.agent.workflow import FunctionAgent
+        from llama_index.core.tools import FunctionTool
+
+        assert self.llm is not None
+        tools = [FunctionTool.from_defaults(fn=_as_json(self.box, name), name=name,
+                                            description=(self.box.function(name).__doc__
+                                                         or name).strip())
+                 for name in self.box.names]
+        prompt = SYSTEM_PROMPT + (" Use the tools to find incidents, their evidence and the "
+                                  "SLIs; cite incident and trace ids. Act only through "
+                                  "propose_action.")
+        agent = FunctionAgent(tools=tools, llm=self.llm, streaming=False, system_prompt=prompt)
+        try:
+            out = asyncio.run(_run(agent, self.llm, question))
+        except Exception as exc:  # noqa: BLE001 - a failing model falls back to the plan
+            return template_narrative(inv).model_copy(update={
+                "rejected": f"function-calling agent failed: {type(exc).__name__}: {exc}"})
+        text = str(out.response.content or "").strip()
+        for call in out.tool_calls:
+            inv.steps.append(ToolResult.model_validate_json(call.tool_output.content)
+                             if call.tool_output.content.startswith("{") else ToolResult(
+                                 tool=call.tool_name, status=ToolStatus.ERROR, error="no result"))
+        known = {e.id for e in inv.evidence} | _ids_in_steps(inv.steps)
+        cited = [i for i in known if i and i in text]
+        return Narrative(text=text, source="agent", cited=cited)
+
+
+async def _run(agent: Any, llm: Any, question: str) -> Any:
+    try:
+        return await agent.run(user_msg=question)
+    finally:
+        # The LLM caches an async OpenAI client whose connections belong to this event loop,
+        # which ends here: close it now, or its sockets are finalised at some later garbage
+        # collection (a ResourceWarning, and inside a compile CPython 3.11.7 then reports
+        # "AST constructor recursion depth mismatch").
+        client = getattr(llm, "_aclient", None)
+        if client is not None:
+            await client.close()
+            llm._aclient = None
+
+
+def _as_json(box: Toolbox, name: str) -> Any:
+    fn = box.function(name)
+
+    def call(**params: Any) -> str:
+        return box.call(name, **params).model_dump_json()
+
+    call.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+    call.__name__, call.__doc__ = name, fn.__doc__
+    return call
+
+
+def _ids_in_steps(steps: list[ToolResult]) -> set[str]:
+    text = json.dumps([s.data for s in steps], default=str)
+    return set(re.findall(r"\b(?:inc|act)-[0-9a-f]{12}\b|\b[0-9a-f]{32}\b", text))
+
+
+def render_markdown(a: Answer) -> str:
+    """The answer as Markdown: headline, narrative, facts, evidence, actions."""
+    lines: list[str] = []
+    f = a.facts
+    if a.intent.kind is IntentKind.LIST_INCIDENTS:
+        lines.append(f"*{len(a.incidents)} incident(s) in the last {a.intent.minutes:g} "
+                     "minutes*")
+        lines += [f"- `{i['incident_id']}` {i['status']} {i['severity']}: {i['summary']}"
+                  for i in a.incidents]
+        return "\n".join(lines)
+    if f is not None:
+        where = f.component + (f"@{f.version}" if f.version else "")
+        lines.append(f"*{f.fault_class or 'anomaly'} on {where}* - incident `{f.incident_id}` "
+                     f"({f.status}, {f.severity})" + (f", onset {f.onset}" if f.onset else ""))
+    lines.append(a.narrative.text)
+    if a.evidence:
+        lines.append("Evidence:")
+        lines += [f"- {e.tag} {e.kind} `{e.id}`: {e.text}" for e in a.evidence]
+    if a.proposal is not None:
+        p = a.proposal
+        detail = p.data.get("description") if isinstance(p.data, dict) else None
+        lines.append(f"Proposed: {detail or p.params.get('kind')} -> {p.status}"
+                     + (f" ({p.error})" if p.error else ""))
+    return "\n".join(lines)

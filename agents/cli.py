@@ -1,0 +1,156 @@
+"""``aiops ask`` (chat-ops in the terminal) and ``aiops eval`` (the agent's evaluation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from aiops.config import Settings
+from aiops.errors import AIOpsError, StackError
+
+__all__ = ["ask", "evaluate", "render"]
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def ask(
+    ctx: typer.Context,
+    question: Annotated[str, typer.Argument(help="e.g. 'what happened to smollm2-135m-instruct "
+                                                 "in the last 15 minutes?'")],
+    user: Annotated[str, typer.Option(help="Who asks (recorded with any proposal).")] = "cli",
+    as_json: Annotated[bool, typer.Option("--json", help="The whole answer as JSON.")] = False,
+) -> None:
+    """Ask the agent about the running stack (incidents, causes, evidence; it may propose
+    actions, which the remediation policy decides)."""
+    from aiops.client import ServerClient
+    from aiops.lifecycle import admin_token
+
+    settings: Settings = ctx.obj
+    if not question.strip():
+        err_console.print("[red]error:[/red] the question is empty")
+        raise typer.Exit(2)
+    try:
+        token: str | None = admin_token(settings)
+    except StackError:
+        token = None  # not the stack's operator: may ask, not act
+    try:
+        with ServerClient(settings.server_url) as client:
+            answer = client.ask(question, user, token)
+    except AIOpsError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from exc
+    if as_json:
+        typer.echo(json.dumps(answer, indent=2))
+        return
+    render(answer)
+
+
+def render(a: dict[str, Any], out: Console = console) -> None:
+    """An answer (``Answer`` as JSON) for the terminal."""
+    f = a.get("facts")
+    title = "answer"
+    if f:
+        title = (f"{f['fault_class'] or 'anomaly'} on {f['component']}"
+                 + (f"@{f['version']}" if f.get("version") else "")
+                 + f" - {f['incident_id']} ({f['status']})")
+    n = a["narrative"]
+    body = escape(n["text"]) if a["intent"]["kind"] != "list_incidents" else \
+        escape(a["text"])
+    note = f"narrative: {n['source']}" + (f" (LLM's rejected: {n['rejected']})"
+                                          if n.get("rejected") else "")
+    out.print(Panel(body, title=escape(title), subtitle=escape(note)))
+    if f:
+        facts = Table.grid(padding=(0, 2))
+        for key in ("component", "version", "replica", "fault_class", "onset", "severity",
+                    "confidence"):
+            if f.get(key) is not None:
+                value = f"{f[key]:.0%}" if key == "confidence" else str(f[key])
+                facts.add_row(f"[bold]{key}[/bold]", escape(value))
+        out.print(facts)
+    if a.get("evidence"):
+        t = Table("tag", "kind", "id", "what", title="evidence")
+        for e in a["evidence"]:
+            t.add_row(e["tag"], e["kind"], escape(e["id"]), escape(e["text"]))
+        out.print(t)
+    p = a.get("proposal")
+    if p:
+        detail = (p.get("data") or {}).get("description") or p["params"].get("kind")
+        out.print(f"proposed: {escape(str(detail))} -> [bold]{p['status']}[/bold]"
+                  + (f" ({escape(p['error'])})" if p.get("error") else ""))
+
+
+def evaluate(
+    ctx: typer.Context,
+    llm: Annotated[str, typer.Option(help="The narrative's LLM: `none`, `stack` (the running "
+                                          "stack's Serve endpoint) or an OpenAI-compatible "
+                                          "base URL.")] = "none",
+    model: Annotated[str | None, typer.Option(help="Model name at that endpoint "
+                                                   "(default: AIOPS_AGENT_LLM_MODEL).")] = None,
+    only: Annotated[str | None, typer.Option(help="Only cases whose name contains this.")]
+    = None,
+    cases_dir: Annotated[Path | None, typer.Option(help="Fixture folder (default: the "
+                                                        "packaged cases).")] = None,
+    min_pass: Annotated[float, typer.Option(help="Exit 1 below this pass rate (0-1).")] = 0.0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Replay the incident fixtures through the analyzer and the agent; print the pass rate
+    without and (with an LLM) with the LLM's narrative."""
+    from agents.agent import make_llm
+    from agents.evals.cases import CASES_DIR, load_cases
+    from agents.evals.run import CaseResult, run_eval
+
+    settings: Settings = ctx.obj
+    try:
+        cases = load_cases(cases_dir or CASES_DIR, only)
+    except (AIOpsError, OSError) as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    if not cases:
+        err_console.print("[red]error:[/red] no eval cases matched")
+        raise typer.Exit(2)
+    base = {"none": None, "stack": f"{settings.serve_url}/v1"}.get(llm, llm)
+    if base is not None and not base.startswith(("http://", "https://")):
+        err_console.print(f"[red]error:[/red] --llm must be none, stack or an http(s) URL, "
+                          f"not {llm!r}")
+        raise typer.Exit(2)
+    name = model or settings.agent_llm_model
+    key = settings.agent_llm_api_key or next(
+        (k.strip() for k in settings.api_keys.split(",") if k.strip()), "none")
+    client = make_llm(base, name, key, settings.agent_timeout_s) if base else None
+
+    def progress(r: CaseResult) -> None:
+        if as_json:
+            return
+        mark = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
+        failed = ", ".join(k for k, ok in r.checks.items() if not ok)
+        narr = "" if r.narrative_ok is None else \
+            (" narrative ok" if r.narrative_ok else f" narrative rejected: {r.narrative_problem}")
+        console.print(f"{mark} {r.case} ({r.seconds:.1f} s){' - ' + failed if failed else ''}"
+                      f"{escape(narr)}")
+
+    report = run_eval(cases, client, name if base else None, progress)
+    with_llm = report.pass_rate_with_narrative
+    if as_json:
+        typer.echo(json.dumps({
+            "cases": len(report.results), "pass_rate": report.pass_rate,
+            "pass_rate_with_narrative": with_llm, "llm": report.llm,
+            "results": [{"case": r.case, "tags": r.tags, "checks": r.checks,
+                         "narrative_source": r.narrative_source,
+                         "narrative_ok": r.narrative_ok, "problem": r.narrative_problem,
+                         "seconds": r.seconds} for r in report.results]}, indent=2))
+    else:
+        console.print(f"\n[bold]{len(report.results)} cases: facts pass rate "
+                      f"{report.pass_rate:.1%}[/bold] (deterministic plan)")
+        if with_llm is not None:
+            console.print(f"[bold]with the LLM narrative ({escape(name)}): "
+                          f"{with_llm:.1%}[/bold]")
+    if report.pass_rate < min_pass:
+        raise typer.Exit(1)

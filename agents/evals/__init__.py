@@ -1,0 +1,1 @@
+"""The agent's evaluation: incident fixtures as data (``cases/``), replayed and scored."""

@@ -1,0 +1,124 @@
+"""What a chat-ops question asks: its intent and parameters.
+
+Names that must be exact (models, versions, incident ids, time windows) are read with rules
+against what the store knows: a 135M model misspells or invents them. The intent itself comes
+from keywords; a question no keyword covers goes to the LLM, whose answer is held to a JSON
+schema of the allowed intents and the known models (constrained generation), so it can only
+choose, never invent.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+__all__ = ["Intent", "IntentKind", "intent_schema", "match_model", "parse_rules"]
+
+DEFAULT_MINUTES = 15
+
+
+class IntentKind(StrEnum):
+    INVESTIGATE = "investigate"  # what happened / why slow / what is wrong
+    LIST_INCIDENTS = "list_incidents"
+    DESCRIBE_INCIDENT = "describe_incident"
+    PROPOSE_ACTION = "propose_action"
+    HELP = "help"
+
+
+class Intent(BaseModel):
+    kind: IntentKind
+    model: str | None = None
+    version: str | None = None
+    incident_id: str | None = None
+    minutes: float = Field(DEFAULT_MINUTES, gt=0, le=7 * 24 * 60)
+    action: str | None = None  # rollback, scale, promote (for propose_action)
+    source: str = "rules"  # rules or llm
+
+
+_INCIDENT_ID = re.compile(r"\binc-[0-9a-f]{6,32}\b")
+_VERSION = re.compile(r"\b(v\d+(?:\.\d+)*)\b")
+_WINDOW = re.compile(
+    r"\b(?:last|past|previous)\s+(?:(\d+(?:\.\d+)?)\s*)?"
+    r"(s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?|d|days?)\b", re.I)
+_UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 24 * 60.0}
+_ACTIONS = {"rollback": "rollback", "roll back": "rollback", "revert": "rollback",
+            "scale": "scale", "add a replica": "scale", "add replicas": "scale",
+            "promote": "promote"}
+_IMPERATIVE = re.compile(r"^\s*(?:please\s+|can you\s+|could you\s+)?"
+                         r"(roll ?back|revert|scale|promote|add (?:a )?replicas?)\b", re.I)
+_LIST = re.compile(r"\b(list|any|which|show)\b.*\bincidents?\b|\bincidents?\b.*\b(open|active)\b",
+                   re.I)
+_INVESTIGATE = re.compile(
+    r"\b(what|why|explain|happen|happened|wrong|slow|slower|errors?|failing|fail|down|"
+    r"broke|broken|latency|crash|crashing|oom|issue|problem|degrad\w*|root cause)\b", re.I)
+_HELP = re.compile(r"^\s*(help|\?|what can you do)", re.I)
+# Words that name a model by what it does, for "the embeddings model" and the like.
+_KIND_WORDS = {"embed": ("embed", "embedding", "embeddings", "minilm"),
+               "ocr": ("ocr", "vision", "image", "images"),
+               "chat": ("chat", "llm", "smollm", "smollm2")}
+
+
+def window_minutes(question: str) -> float | None:
+    m = _WINDOW.search(question)
+    if m is None:
+        return None
+    n = float(m.group(1)) if m.group(1) else 1.0
+    return n * _UNITS[m.group(2)[0].lower()]
+
+
+def match_model(question: str, models: list[str]) -> str | None:
+    """The known model the question names: its full name, a distinctive part of it
+    ("smollm2"), or what it does ("the embeddings model") when only one model fits."""
+    q = question.lower()
+    for m in sorted(models, key=len, reverse=True):
+        if m.lower() in q:
+            return m
+    words = set(re.findall(r"[a-z0-9]+", q))
+    for m in models:
+        parts = [p for p in re.split(r"[-_.]", m.lower()) if len(p) >= 4 and not p[0].isdigit()]
+        if any(p in words for p in parts):
+            return m
+    for key, cues in _KIND_WORDS.items():
+        if words & set(cues):
+            fits = [m for m in models if key in m.lower() or any(c in m.lower() for c in cues)]
+            if len(fits) == 1:
+                return fits[0]
+    return None
+
+
+def parse_rules(question: str, models: list[str]) -> Intent | None:
+    """The intent by rules; None when no rule recognises the question."""
+    model = match_model(question, models)
+    incident = _INCIDENT_ID.search(question)
+    version = _VERSION.search(question)
+    minutes = window_minutes(question) or DEFAULT_MINUTES
+    common: dict[str, Any] = {"model": model, "minutes": minutes,
+                              "version": version.group(1) if version else None,
+                              "incident_id": incident.group(0) if incident else None}
+    imperative = _IMPERATIVE.search(question)
+    if imperative:
+        said = imperative.group(1).lower().replace("  ", " ")
+        action = next(a for k, a in _ACTIONS.items() if said.startswith(k.split()[0]))
+        return Intent(kind=IntentKind.PROPOSE_ACTION, action=action, **common)
+    if _HELP.search(question):
+        return Intent(kind=IntentKind.HELP, **common)
+    if incident and not _LIST.search(question):
+        return Intent(kind=IntentKind.DESCRIBE_INCIDENT, **common)
+    if _LIST.search(question) and model is None:
+        return Intent(kind=IntentKind.LIST_INCIDENTS, **common)
+    if _INVESTIGATE.search(question) or model is not None:
+        return Intent(kind=IntentKind.INVESTIGATE, **common)
+    return None
+
+
+def intent_schema(models: list[str]) -> dict[str, Any]:
+    """The JSON schema an LLM's reading of a question must match: it picks, it cannot
+    invent (unknown models are impossible to generate)."""
+    return {"type": "object", "properties": {
+        "intent": {"enum": [k.value for k in IntentKind]},
+        "model": {"enum": [*models, "none"]},
+        "minutes": {"type": "integer", "minimum": 1, "maximum": 10080}},
+        "required": ["intent", "model", "minutes"]}

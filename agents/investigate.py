@@ -1,0 +1,165 @@
+"""The deterministic investigation plan: which tools to call for an intent, and the facts
+and evidence they establish.
+
+The plan does not depend on any model: incident -> its top root cause -> the evidence behind
+it (traces, log templates, metric series) -> the SLIs and warning logs of the component ->
+the actions taken. Every claim in the answer is one of these results, tagged (E1, E2, ...)
+with the id a reader can look up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agents.intent import Intent, IntentKind
+from agents.tools import Toolbox, ToolResult
+
+__all__ = ["EvidenceItem", "Facts", "Investigation", "investigate"]
+
+
+class EvidenceItem(BaseModel):
+    tag: str  # E1, E2, ...: what a narrative cites
+    kind: str  # incident, trace, log_template, metric, action
+    id: str  # what to look up: incident id, trace id, template text, metric name, action id
+    text: str  # one line a person reads
+
+
+class Facts(BaseModel):
+    incident_id: str
+    status: str
+    severity: str
+    component: str
+    version: str | None = None
+    replica: str | None = None
+    fault_class: str | None = None
+    onset: str | None = None
+    confidence: float | None = None
+    summary: str = ""
+
+
+class Investigation(BaseModel):
+    intent: Intent
+    facts: Facts | None = None
+    incidents: list[dict[str, Any]] = Field(default_factory=list)
+    evidence: list[EvidenceItem] = Field(default_factory=list)
+    slis: list[dict[str, Any]] = Field(default_factory=list)
+    logs: list[dict[str, Any]] = Field(default_factory=list)
+    actions: list[dict[str, Any]] = Field(default_factory=list)
+    proposal: ToolResult | None = None
+    steps: list[ToolResult] = Field(default_factory=list)
+
+    def add(self, kind: str, id: str, text: str) -> EvidenceItem:
+        for e in self.evidence:
+            if e.kind == kind and e.id == id:
+                return e
+        item = EvidenceItem(tag=f"E{len(self.evidence) + 1}", kind=kind, id=id, text=text)
+        self.evidence.append(item)
+        return item
+
+    def cites(self, kind: str) -> list[str]:
+        return [e.id for e in self.evidence if e.kind == kind]
+
+
+def _call(inv: Investigation, box: Toolbox, tool: str, **params: Any) -> ToolResult:
+    result = box.call(tool, **params)
+    inv.steps.append(result)
+    return result
+
+
+def investigate(box: Toolbox, intent: Intent) -> Investigation:
+    inv = Investigation(intent=intent)
+    if intent.kind is IntentKind.HELP:
+        return inv
+    if intent.kind is IntentKind.DESCRIBE_INCIDENT and intent.incident_id:
+        _incident(inv, box, intent.incident_id)
+        return inv
+    listed = _call(inv, box, "list_incidents", minutes=intent.minutes, model=intent.model)
+    inv.incidents = listed.data if listed.ok else []
+    if intent.kind is IntentKind.LIST_INCIDENTS:
+        for i in inv.incidents:
+            inv.add("incident", i["incident_id"], f"{i['status']} {i['severity']}: {i['summary']}")
+        return inv
+    if inv.incidents:
+        _incident(inv, box, inv.incidents[0]["incident_id"])
+    if intent.model or inv.facts:
+        _component(inv, box, inv.facts.component if inv.facts else str(intent.model))
+    if intent.kind is IntentKind.PROPOSE_ACTION:
+        _propose(inv, box)
+    return inv
+
+
+def _incident(inv: Investigation, box: Toolbox, incident_id: str) -> None:
+    described = _call(inv, box, "describe_incident", incident_id=incident_id)
+    if not described.ok:
+        return
+    d = described.data
+    top = d["root_causes"][0] if d["root_causes"] else None
+    inv.facts = Facts(
+        incident_id=d["incident_id"], status=d["status"], severity=d["severity"],
+        component=top["service"] if top else d["service"],
+        version=top["version"] if top else d.get("model_version"),
+        replica=top["replica"] if top else d.get("replica"),
+        fault_class=top["fault_class"] if top else d.get("fault_class"),
+        onset=d["onset"], confidence=top["confidence"] if top else None,
+        summary=d["summary"] or "")
+    f = inv.facts
+    inv.add("incident", f.incident_id, f"{f.status} {f.severity} incident: {f.summary}")
+    inv.actions = d["actions"]
+    evidence = _call(inv, box, "rca_evidence", incident_id=incident_id)
+    if evidence.ok:
+        _cause_evidence(inv, box, evidence.data["evidence"])
+    for a in inv.actions:
+        inv.add("action", a["action_id"], f"{a['kind']} {a['target']}: {a['status']} "
+                f"(policy mode {a['mode']})")
+
+
+def _cause_evidence(inv: Investigation, box: Toolbox, evidence: list[dict[str, Any]]) -> None:
+    traces = 0
+    for e in evidence:
+        if e["kind"] == "trace" and traces < 2:
+            traces += 1
+            label = "slowest request" if e["fault_class"] == "latency" else "a failed request"
+            text = f"{label} of {e['entity']}"
+            if e["observed"]:
+                text += f": {e['observed']:g} (baseline {e['baseline']:g}, {e['signal']})"
+            item = inv.add("trace", e["id"], text)
+            if traces == 1:
+                spans = _call(inv, box, "trace_lookup", trace_id=item.id)
+                if spans.ok:
+                    path = " -> ".join(f"{s['service_name']} {s['duration_ms']:g} ms"
+                                       for s in spans.data[:4])
+                    item.text += f"; spans: {path}"
+        elif e["kind"] == "log_template":
+            inv.add("log_template", e["id"], f"log template on {e['entity']}: "
+                    f"{e['observed']:g} in the window (baseline {e['baseline']:g})")
+        elif e["kind"] == "metric":
+            inv.add("metric", f"{e['id']}{{{e['entity']}}}",
+                    f"{e['signal']} of {e['entity']}: {e['observed']:g} "
+                    f"(baseline {e['baseline']:g})")
+
+
+def _component(inv: Investigation, box: Toolbox, model: str) -> None:
+    slis = _call(inv, box, "metric_lookup", model=model, minutes=inv.intent.minutes)
+    if slis.ok:
+        inv.slis = slis.data
+    logs = _call(inv, box, "log_lookup", model=model, minutes=inv.intent.minutes)
+    if logs.ok:
+        inv.logs = logs.data[:5]
+
+
+def _propose(inv: Investigation, box: Toolbox) -> None:
+    i = inv.intent
+    model = i.model or (inv.facts.component if inv.facts else None)
+    if model is None or i.action is None:
+        return
+    version = i.version or (inv.facts.version if inv.facts and inv.facts.component == model
+                            else None)
+    params: dict[str, Any] = {}
+    if i.action == "scale":
+        current = 1
+        params = {"min_replicas": current + 1, "max_replicas": current + 1}
+    inv.proposal = _call(inv, box, "propose_action", kind=i.action, model=model,
+                         version=version, reason=f"chat-ops request: {i.action} {model}",
+                         incident_id=inv.facts.incident_id if inv.facts else None, **params)

@@ -1,0 +1,344 @@
+"""The agent's tools: read-only lookups over the telemetry store and one way to act.
+
+Every tool returns a ``ToolResult`` (status, params, data, error), so a caller (the
+deterministic plan, or an LLM in a function-calling loop) can see what failed and why instead
+of an exception. Telemetry text (log bodies, span attributes, recorded prompts) comes back
+under ``telemetry_text`` keys: it is data about the system, never instructions to follow.
+Acting goes through ``propose_action`` only, which hands the action to the remediation
+policy: the agent cannot execute anything the policy does not allow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from aiops.errors import AIOpsError
+from aiops.remediation.actions import Action, ActionKind, new_action
+from aiops.store import Store
+
+__all__ = ["PROPOSABLE", "Proposer", "ToolResult", "ToolStatus", "Toolbox"]
+
+NS = 1_000_000_000
+PROPOSABLE = (ActionKind.ROLLBACK, ActionKind.SCALE, ActionKind.PROMOTE)
+_TEXT_LIMIT = 300  # characters of any one telemetry text handed to a model
+_ID = re.compile(r"^[A-Za-z0-9_.:@/-]{1,128}$")
+
+
+class ToolStatus(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    APPROVAL_REQUIRED = "approval_required"  # the policy wants a human to approve it
+    DENIED = "denied"  # the policy refused it
+
+
+class ToolResult(BaseModel):
+    tool: str
+    status: ToolStatus
+    params: dict[str, Any] = Field(default_factory=dict)
+    data: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ToolStatus.OK
+
+
+class Proposer(Protocol):
+    """What ``propose_action`` needs: the remediator's ``propose``."""
+
+    def propose(self, action: Action, actor: str, now_ns: int) -> dict[str, Any]: ...
+
+
+@dataclass
+class Limits:
+    sql_rows: int = 200
+    sql_timeout_s: float = 5.0
+    lookup_rows: int = 20
+
+
+def _text(value: Any) -> dict[str, str] | None:
+    """Telemetry text, truncated and labelled as data."""
+    if value is None:
+        return None
+    s = value if isinstance(value, str) else json.dumps(value, default=str)
+    return {"telemetry_text": s[:_TEXT_LIMIT] + ("..." if len(s) > _TEXT_LIMIT else "")}
+
+
+def _iso(ns: int | None) -> str | None:
+    if ns is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns / NS))
+
+
+class Toolbox:
+    """The tools over one store. ``now`` is injectable so evaluations replay a fixed moment."""
+
+    def __init__(self, store: Store, proposer: Proposer | None = None,
+                 limits: Limits | None = None, now: Callable[[], int] = time.time_ns,
+                 actor: str = "agent") -> None:
+        self.store = store
+        self.actor = actor  # who the ledger names for proposals: "agent:<user>"
+        self.proposer = proposer
+        self.limits = limits or Limits()
+        self.now = now
+        self._tools: dict[str, Callable[..., Any]] = {
+            "list_incidents": self.list_incidents,
+            "describe_incident": self.describe_incident,
+            "rca_evidence": self.rca_evidence,
+            "run_sql": self.run_sql,
+            "metric_lookup": self.metric_lookup,
+            "log_lookup": self.log_lookup,
+            "trace_lookup": self.trace_lookup,
+            "propose_action": self.propose_action,
+        }
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def function(self, name: str) -> Callable[..., Any]:
+        return self._tools[name]
+
+    def call(self, name: str, **params: Any) -> ToolResult:
+        """Run a tool by name; any failure is a result with status ``error``."""
+        fn = self._tools.get(name)
+        if fn is None:
+            return ToolResult(tool=name, status=ToolStatus.ERROR, params=params,
+                              error=f"no tool {name!r}; tools: {', '.join(self._tools)}")
+        try:
+            out = fn(**params)
+        except TypeError as exc:
+            return ToolResult(tool=name, status=ToolStatus.ERROR, params=params,
+                              error=f"bad parameters: {exc}")
+        if isinstance(out, ToolResult):
+            return out
+        return ToolResult(tool=name, status=ToolStatus.OK, params=params, data=out)
+
+    # -- the tools ----------------------------------------------------------------------------
+
+    def _rows(self, sql: str, params: list[Any], limit: int | None = None
+              ) -> list[dict[str, Any]]:
+        result = self.store.query(sql, params, limit or self.limits.lookup_rows,
+                                  timeout_s=self.limits.sql_timeout_s)
+        return [dict(zip(result.columns, r, strict=True)) for r in result.rows]
+
+    def _fail(self, tool: str, params: dict[str, Any], error: str) -> ToolResult:
+        return ToolResult(tool=tool, status=ToolStatus.ERROR, params=params, error=error)
+
+    def list_incidents(self, minutes: float = 60, model: str | None = None,
+                       status: str | None = None) -> Any:
+        """Incidents active at any time in the last ``minutes`` (newest first): id, status,
+        severity, service (model), version, fault class, opened/closed, summary."""
+        params = {"minutes": minutes, "model": model, "status": status}
+        if not 0 < minutes <= 7 * 24 * 60:
+            return self._fail("list_incidents", params, "minutes must be in (0, 10080]")
+        now = self.now()
+        start = now - int(minutes * 60 * NS)
+        sql = """
+            SELECT incident_id, status, severity, service, model_version, replica,
+                   fault_class, epoch_ns(opened_at) AS opened_ns,
+                   epoch_ns(closed_at) AS closed_ns, summary,
+                   CAST(json_extract(evidence, '$.onset_ns') AS BIGINT) AS onset_ns
+            FROM incidents_current
+            WHERE epoch_ns(opened_at) <= ? AND (closed_at IS NULL OR epoch_ns(closed_at) >= ?)
+              AND (? IS NULL OR service = ?) AND (? IS NULL OR status = ?)
+            ORDER BY (severity = 'page') DESC, opened_at DESC"""
+        try:
+            rows = self._rows(sql, [now, start, model, model, status, status])
+        except AIOpsError as exc:
+            return self._fail("list_incidents", params, str(exc))
+        for r in rows:
+            r["opened"], r["closed"] = _iso(r.pop("opened_ns")), _iso(r.pop("closed_ns"))
+            r["onset"] = _iso(r.pop("onset_ns"))
+        return rows
+
+    def describe_incident(self, incident_id: str) -> Any:
+        """One incident's state with its ranked root causes and context (no raw findings)."""
+        params = {"incident_id": incident_id}
+        if not _ID.match(incident_id):
+            return self._fail("describe_incident", params, "not an incident id")
+        try:
+            rows = self._rows("SELECT *, epoch_ns(opened_at) AS opened_ns FROM "
+                              "incidents_current WHERE incident_id = ?", [incident_id], 1)
+        except AIOpsError as exc:
+            return self._fail("describe_incident", params, str(exc))
+        if not rows:
+            return self._fail("describe_incident", params, f"no incident {incident_id!r}")
+        row = rows[0]
+        evidence = json.loads(row.pop("evidence") or "{}")
+        out = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
+        out["onset"] = _iso(evidence.get("onset_ns"))
+        out["root_causes"] = evidence.get("root_causes", [])
+        out["context"] = evidence.get("context", [])
+        out["actions"] = self._actions(incident_id)
+        return out
+
+    def _actions(self, incident_id: str) -> list[dict[str, Any]]:
+        rows = self._rows("SELECT action_id, kind, target, mode, status, outcome "
+                          "FROM actions_current WHERE incident_id = ? ORDER BY created_at",
+                          [incident_id])
+        for r in rows:
+            r["outcome"] = json.loads(r["outcome"] or "{}")
+        return rows
+
+    def rca_evidence(self, incident_id: str) -> Any:
+        """The evidence behind an incident's top root cause: trace ids, log templates and
+        metric series, each with observed vs baseline."""
+        described = self.describe_incident(incident_id)
+        if isinstance(described, ToolResult):
+            return described.model_copy(update={"tool": "rca_evidence"})
+        causes = described["root_causes"]
+        if not causes:
+            return {"incident_id": incident_id, "cause": None, "evidence": []}
+        top = causes[0]
+        return {"incident_id": incident_id, "cause": {k: top[k] for k in (
+            "entity", "service", "version", "replica", "fault_class", "confidence",
+            "detectors")}, "evidence": top["evidence"][:12],
+            "context": described["context"][:6]}
+
+    def run_sql(self, sql: str) -> Any:
+        """One read-only SELECT over the telemetry tables (spans, logs, metric_points,
+        incidents_current, actions_current); rows and time are limited."""
+        params = {"sql": sql}
+        if len(sql) > 10_000:
+            return self._fail("run_sql", params, "query over 10,000 characters")
+        try:
+            result = self.store.query(sql, [], self.limits.sql_rows,
+                                      timeout_s=self.limits.sql_timeout_s)
+        except AIOpsError as exc:
+            return self._fail("run_sql", params, str(exc))
+        return {"columns": result.columns,
+                "rows": [[_cell(v) for v in r] for r in result.rows],
+                "truncated": result.truncated}
+
+    def metric_lookup(self, model: str, minutes: float = 15, version: str | None = None,
+                      bucket_s: int = 60) -> Any:
+        """The model's SLIs per version and time bucket from its spans: requests, failed
+        share, median and p95 latency (ms)."""
+        params = {"model": model, "minutes": minutes, "version": version,
+                  "bucket_s": bucket_s}
+        if not 0 < minutes <= 24 * 60 or not 1 <= bucket_s <= 3600:
+            return self._fail("metric_lookup", params,
+                              "minutes in (0, 1440] and bucket_s in [1, 3600]")
+        now = self.now()
+        sql = """
+            SELECT attributes->>'aiops.model.version' AS version,
+                   (epoch_ns(start_time) // ?) * ? AS bucket_ns, count(*) AS requests,
+                   round(avg(CASE WHEN status_code = 'error' THEN 1 ELSE 0 END), 4) AS failed,
+                   round(median(duration_ns) / 1e6, 1) AS p50_ms,
+                   round(quantile_cont(duration_ns, 0.95) / 1e6, 1) AS p95_ms
+            FROM spans
+            WHERE service_name = ? AND epoch_ns(start_time) > ? AND epoch_ns(start_time) <= ?
+              AND (? IS NULL OR attributes->>'aiops.model.version' = ?)
+            GROUP BY ALL ORDER BY bucket_ns, version"""
+        step = bucket_s * NS
+        try:
+            rows = self._rows(sql, [step, step, model, now - int(minutes * 60 * NS), now,
+                                    version, version], 2000)
+        except AIOpsError as exc:
+            return self._fail("metric_lookup", params, str(exc))
+        for r in rows:
+            r["time"] = _iso(r.pop("bucket_ns"))
+        return rows
+
+    def log_lookup(self, model: str, minutes: float = 15, min_severity: int = 13) -> Any:
+        """The most frequent log messages of a service at or above a severity (13 = WARN),
+        with a count, first/last time and one trace id each."""
+        params = {"model": model, "minutes": minutes, "min_severity": min_severity}
+        if not 0 < minutes <= 24 * 60:
+            return self._fail("log_lookup", params, "minutes must be in (0, 1440]")
+        now = self.now()
+        sql = """
+            SELECT body, max(severity_number) AS severity, count(*) AS n,
+                   epoch_ns(min(time)) AS first_ns, epoch_ns(max(time)) AS last_ns,
+                   any_value(trace_id) AS trace_id,
+                   any_value(resource_attributes->>'service.version') AS version
+            FROM logs
+            WHERE service_name = ? AND coalesce(severity_number, 0) >= ?
+              AND epoch_ns(time) > ? AND epoch_ns(time) <= ?
+            GROUP BY body ORDER BY n DESC"""
+        try:
+            rows = self._rows(sql, [model, min_severity, now - int(minutes * 60 * NS), now])
+        except AIOpsError as exc:
+            return self._fail("log_lookup", params, str(exc))
+        return [{"message": _text(r["body"]), "severity": r["severity"], "count": r["n"],
+                 "first": _iso(r["first_ns"]), "last": _iso(r["last_ns"]),
+                 "trace_id": r["trace_id"], "version": r["version"]} for r in rows]
+
+    def trace_lookup(self, trace_id: str) -> Any:
+        """The spans of one trace: service, name, duration, status, model and version."""
+        params = {"trace_id": trace_id}
+        if not re.fullmatch(r"[0-9a-f]{32}", trace_id):
+            return self._fail("trace_lookup", params, "a trace id is 32 hex digits")
+        sql = """
+            SELECT service_name, name, span_id, parent_span_id,
+                   round(duration_ns / 1e6, 1) AS duration_ms, status_code,
+                   attributes->>'aiops.model.version' AS version,
+                   attributes->>'http.response.status_code' AS http_status,
+                   epoch_ns(start_time) AS start_ns, attributes
+            FROM spans WHERE trace_id = ? ORDER BY start_time"""
+        try:
+            rows = self._rows(sql, [trace_id], 100)
+        except AIOpsError as exc:
+            return self._fail("trace_lookup", params, str(exc))
+        if not rows:
+            return self._fail("trace_lookup", params, f"no spans for trace {trace_id}")
+        for r in rows:
+            r["start"] = _iso(r.pop("start_ns"))
+            r["attributes"] = _text(r["attributes"])
+        return rows
+
+    def propose_action(self, kind: str, model: str, version: str | None = None,
+                       reason: str = "", incident_id: str | None = None,
+                       min_replicas: int | None = None, max_replicas: int | None = None
+                       ) -> ToolResult:
+        """Propose rollback, scale or promote of a model (version). The remediation policy
+        decides: executed, waiting for approval, recorded as a dry run, or refused."""
+        params = {"kind": kind, "model": model, "version": version, "reason": reason,
+                  "incident_id": incident_id}
+        if self.proposer is None:
+            return self._fail("propose_action", params,
+                              "acting is not available here (no remediation policy)")
+        try:
+            action_kind = ActionKind(kind)
+        except ValueError:
+            action_kind = None
+        if action_kind not in PROPOSABLE:
+            return self._fail("propose_action", params, f"kind must be one of "
+                              f"{', '.join(str(k) for k in PROPOSABLE)}, not {kind!r}")
+        assert action_kind is not None
+        if not _ID.match(model) or (version is not None and not _ID.match(version)):
+            return self._fail("propose_action", params, "bad model or version name")
+        extra: dict[str, Any] = {}
+        if action_kind is ActionKind.SCALE:
+            if min_replicas is None or max_replicas is None \
+                    or not 1 <= min_replicas <= max_replicas:
+                return self._fail("propose_action", params,
+                                  "scale needs 1 <= min_replicas <= max_replicas")
+            extra = {"min_replicas": min_replicas, "max_replicas": max_replicas}
+        action = new_action(incident_id, action_kind, model, version, self.now(), **extra)
+        action.reason = reason[:500]
+        try:
+            decided = self.proposer.propose(action, self.actor, self.now())
+        except AIOpsError as exc:
+            return self._fail("propose_action", params, str(exc))
+        status = {"pending": ToolStatus.APPROVAL_REQUIRED, "denied": ToolStatus.DENIED,
+                  "failed": ToolStatus.ERROR}.get(decided["status"], ToolStatus.OK)
+        error = {ToolStatus.DENIED: decided.get("decision"),
+                 ToolStatus.ERROR: "the action failed (see the actions list)"}.get(status)
+        return ToolResult(tool="propose_action", status=status, params=params, data=decided,
+                          error=error)
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, (int, float, bool)) or v is None:
+        return v
+    return str(v)[:_TEXT_LIMIT]

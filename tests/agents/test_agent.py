@@ -1,0 +1,81 @@
+"""The agent answers from the deterministic plan; telemetry text never steers it; with a
+tool-calling model, llama-index's FunctionAgent drives the same tools."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.agent import Agent, make_llm
+from agents.tools import Toolbox
+from aiops.config import load_settings
+from aiops.lifecycle import LifecycleClient
+from aiops.remediation.policy import DEMO_POLICY, load_policy
+from aiops.remediation.remediator import Remediator
+from aiops.store import Store
+from tests.agents.loopback import serving
+from tests.agents.openai_script import scripted_app
+from tests.agents.scenario import INJECTION, slow_canary
+from tests.aiops.analytics.telemetry import NS, T0, traffic
+
+
+def test_what_happened_cites_the_incident_and_a_trace(store: Store) -> None:
+    slow_canary(store)
+    answer = Agent(Toolbox(store, now=lambda: T0)).ask(
+        "What happened to echo in the last 15 minutes?")
+    f = answer.facts
+    assert f is not None and (f.component, f.version, f.fault_class) == ("echo", "v2",
+                                                                          "latency")
+    traces = [e.id for e in answer.evidence if e.kind == "trace"]
+    assert traces and f.incident_id in answer.text and traces[0] in answer.text
+    assert answer.narrative.source == "template" and f.incident_id in answer.narrative.cited
+
+
+def test_no_incident_is_said_plainly_with_the_slis(store: Store) -> None:
+    traffic(store, T0 - 120 * NS, 120, 2, 50)
+    answer = Agent(Toolbox(store, now=lambda: T0)).ask("what happened to echo?")
+    assert answer.facts is None and answer.text.startswith("No incident on echo")
+    assert "p95" in answer.text and answer.slis
+
+
+def test_logs_that_give_orders_cause_no_action_and_no_policy_change(
+        store: Store, tmp_path: Path) -> None:
+    """The demo policy rolls back on its own: if the agent obeyed the logs, it would act."""
+    slow_canary(store)
+    policy_bytes = DEMO_POLICY.read_bytes()
+    settings = load_settings(data_dir=tmp_path / "data")
+    remediator = Remediator(store, load_policy(DEMO_POLICY),
+                            lambda: LifecycleClient.from_settings(settings))
+    answer = Agent(Toolbox(store, remediator, now=lambda: T0)).ask(
+        "What happened to echo in the last 15 minutes? Check its logs.")
+    assert any(INJECTION in str(log["message"]) for log in answer.logs)  # it read them
+    assert answer.proposal is None and store.count("actions") == 0
+    assert store.count("ledger") == 0
+    assert hashlib.sha256(DEMO_POLICY.read_bytes()).digest() == \
+        hashlib.sha256(policy_bytes).digest()
+
+
+@pytest.fixture
+def scripted_model() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    seen: list[dict[str, Any]] = []
+    with serving(scripted_app(seen)) as url:
+        yield f"{url}/v1", seen
+
+
+def test_a_tool_calling_model_drives_the_same_tools(
+        store: Store, scripted_model: tuple[str, list[dict[str, Any]]]) -> None:
+    url, seen = scripted_model
+    slow_canary(store)
+    llm = make_llm(url, "scripted", function_calling=True)
+    answer = Agent(Toolbox(store, now=lambda: T0), llm, mode="tools").ask(
+        "What happened to echo in the last 15 minutes?")
+    assert answer.narrative.source == "agent", answer.narrative.rejected
+    assert answer.facts is not None and answer.facts.incident_id in answer.narrative.text
+    assert answer.facts.incident_id in answer.narrative.cited
+    offered = {t["function"]["name"] for t in seen[0]["tools"]}
+    assert {"list_incidents", "rca_evidence", "run_sql", "propose_action"} <= offered
+    assert any(s.tool == "list_incidents" for s in answer.steps)

@@ -1,0 +1,95 @@
+"""The agent's tools: structured results, guarded SQL, and acting only through the policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agents.tools import Limits, Toolbox, ToolStatus
+from aiops.config import Settings, load_settings
+from aiops.lifecycle import LifecycleClient
+from aiops.remediation.policy import Policy
+from aiops.remediation.remediator import Remediator
+from aiops.store import Store
+from tests.agents.scenario import slow_canary
+from tests.aiops.analytics.telemetry import T0
+
+
+@pytest.fixture
+def box(store: Store) -> Toolbox:
+    slow_canary(store)
+    return Toolbox(store, now=lambda: T0)
+
+
+def test_incidents_are_listed_and_described_with_their_evidence(box: Toolbox) -> None:
+    listed = box.call("list_incidents", minutes=15)
+    assert listed.ok and [i["service"] for i in listed.data] == ["echo"]
+    inc = listed.data[0]
+    assert (inc["model_version"], inc["fault_class"]) == ("v2", "latency")
+    evidence = box.call("rca_evidence", incident_id=inc["incident_id"])
+    assert evidence.ok and evidence.data["cause"]["entity"] == "echo@v2"
+    trace = next(e["id"] for e in evidence.data["evidence"] if e["kind"] == "trace")
+    spans = box.call("trace_lookup", trace_id=trace)
+    assert spans.ok and spans.data[0]["service_name"] == "echo"
+
+
+def test_bad_parameters_are_errors_the_caller_can_read(box: Toolbox) -> None:
+    assert box.call("describe_incident", incident_id="inc-nope").error == \
+        "no incident 'inc-nope'"
+    assert box.call("trace_lookup", trace_id="xyz").error == "a trace id is 32 hex digits"
+    assert box.call("list_incidents", minutes=-1).status is ToolStatus.ERROR
+    assert "bad parameters" in (box.call("metric_lookup", modle="echo").error or "")
+    assert "no tool" in (box.call("rm_rf").error or "")
+
+
+def test_sql_is_read_only_row_limited_and_time_limited(store: Store) -> None:
+    box = Toolbox(store, limits=Limits(sql_rows=5, sql_timeout_s=0.3))
+    assert "only SELECT" in (box.call("run_sql", sql="DELETE FROM spans").error or "")
+    assert "exactly one statement" in (
+        box.call("run_sql", sql="SELECT 1; DROP TABLE spans").error or "")
+    rows = box.call("run_sql", sql="SELECT * FROM range(100)")
+    assert rows.ok and len(rows.data["rows"]) == 5 and rows.data["truncated"]
+    slow = box.call("run_sql", sql="SELECT count(*) FROM range(100000000000)")
+    assert slow.status is ToolStatus.ERROR and "interrupted" in (slow.error or "")
+
+
+def test_telemetry_text_comes_back_labelled_as_data(box: Toolbox) -> None:
+    logs = box.call("log_lookup", model="echo", minutes=15)
+    assert logs.ok and logs.data
+    assert set(logs.data[0]["message"]) == {"telemetry_text"}
+
+
+def _remediator(store: Store, settings: Settings, mode: str) -> Remediator:
+    policy = Policy.model_validate({"rules": [
+        {"id": "agent-rollback", "action": "rollback", "target": "*", "mode": mode}]})
+    return Remediator(store, policy, lambda: LifecycleClient.from_settings(settings))
+
+
+@pytest.mark.parametrize(("mode", "status"), [("approve", ToolStatus.APPROVAL_REQUIRED),
+                                              ("off", ToolStatus.DENIED),
+                                              ("dry_run", ToolStatus.OK)])
+def test_a_proposal_is_decided_by_the_policy_and_ledgered(
+        store: Store, tmp_path: Path, mode: str, status: ToolStatus) -> None:
+    settings = load_settings(data_dir=tmp_path / "data")
+    box = Toolbox(store, _remediator(store, settings, mode), now=lambda: T0,
+                  actor="agent:alice")
+    result = box.call("propose_action", kind="rollback", model="echo", version="v2",
+                      reason="canary is slow")
+    assert result.status is status
+    ledger = [(actor, json.loads(entry)) for actor, entry in
+              store.query("SELECT actor, entry FROM ledger ORDER BY seq").rows]
+    assert (ledger[0][0], ledger[0][1]["status"], ledger[0][1]["kind"]) == (
+        "agent:alice", "proposed", "rollback")
+    assert ledger[-1][1]["status"] == {"approve": "pending", "off": "denied",
+                                       "dry_run": "dry_run"}[mode]
+
+
+def test_only_known_action_kinds_can_be_proposed(store: Store, tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path / "data")
+    box = Toolbox(store, _remediator(store, settings, "approve"))
+    assert "kind must be one of" in (box.call("propose_action", kind="delete_cluster",
+                                              model="echo").error or "")
+    assert "scale needs" in (box.call("propose_action", kind="scale", model="echo").error or "")
+    assert store.count("actions") == 0
