@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.aiops-installed
-EXTRAS ?= serve,analytics,agent,dashboards,dev
+EXTRAS ?= serve,analytics,agent,demo,dashboards,dev
 # Debian packages: a C/C++ toolchain and cmake, to compile llama-cpp-python (no wheel on PyPI);
 # bcc (python3-bpfcc) and Debian's kernel headers for the eBPF collector; Prometheus, which the
 # dashboard tests run every PromQL panel query against.

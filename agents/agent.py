@@ -118,7 +118,7 @@ class Agent:
                 ChatMessage(role="system", content="Classify the SRE's question. Reply JSON."),
                 ChatMessage(role="user", content=question)],
                 response_format=fmt, max_tokens=48, temperature=0.0)
-            body = json.loads(reply.message.content or "")
+            body = json.loads(reply.message.content or "", strict=False)
             model = body["model"] if body["model"] in models else None
             return Intent(kind=IntentKind(body["intent"]), model=model,
                           minutes=float(body["minutes"]), source="llm")

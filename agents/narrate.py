@@ -121,7 +121,8 @@ def llm_narrative(llm: LLM, inv: Investigation, question: str, versions: list[st
            "json_schema": {"name": "narrative", "schema": _schema(inv), "strict": True}}
     try:
         reply = llm.chat(messages, response_format=fmt, max_tokens=max_tokens, temperature=0.0)
-        body = json.loads(reply.message.content or "")
+        # strict=False: small models put raw newlines inside JSON strings.
+        body = json.loads(reply.message.content or "", strict=False)
         summary, tags = str(body["summary"]), list(body["cited"])
     except (ValueError, KeyError, TypeError) as exc:
         return _rejected(inv, f"unusable LLM output: {exc}")

@@ -265,14 +265,28 @@ def action_deny(ctx: typer.Context, action_id: str,
 
 
 @app.command()
-def demo(ctx: typer.Context) -> None:
-    """Bring the stack up, chat with the model, show one request's telemetry, shut down."""
-    from aiops.demo import run_demo
+def demo(
+    ctx: typer.Context,
+    scenario: Annotated[str, typer.Option(help="canary (default), error-burst, crash, cpu, "
+                                               "memory, or all")] = "canary",
+    report_dir: Annotated[Path, typer.Option(help="Where the report goes.")] = Path("reports"),
+    headless: Annotated[bool, typer.Option(help="Plain log lines instead of the live view.")]
+    = False,
+) -> None:
+    """Start the embedded stack, drive mixed traffic, break something, and watch detection,
+    root cause, the action under policy, verification and the chat-ops answer; write a
+    report; stop everything."""
+    from aiops.demo.runner import demo_settings, run_demo
+    from aiops.demo.scenarios import ORDER
 
+    names = list(ORDER) if scenario == "all" else [s.strip() for s in scenario.split(",")]
     try:
-        run_demo(_settings(ctx), console)
+        results = run_demo(demo_settings(_settings(ctx)), console, names, report_dir,
+                           headless or not console.is_terminal)
     except AIOpsError as exc:
         raise _fail(exc) from exc
+    if not all(r.incident and not r.problems for r in results):
+        raise typer.Exit(1)
 
 
 @config_app.command("show")

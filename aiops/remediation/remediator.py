@@ -65,6 +65,11 @@ def plan(incident: Incident, status: dict[str, Any], now_ns: int) -> Action | No
     return action
 
 
+def _verdict(inc: Incident) -> tuple[str, str, str]:
+    top = inc.causes[0]
+    return inc.incident_id, f"{top.entity.service}@{top.entity.version}", str(top.fault_class)
+
+
 @dataclass
 class _Tracked:
     action: Action
@@ -83,7 +88,9 @@ class Remediator:
         self.policy = policy
         self.control = control
         self.actions: dict[str, _Tracked] = {}
-        self._planned: set[str] = set()
+        # (incident, cause, fault class) already acted on: one action per verdict, so a
+        # repeat does not fight the first, but an incident whose cause changes is replanned.
+        self._planned: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
 
     # -- the loop ----------------------------------------------------------------------------
@@ -92,7 +99,8 @@ class Remediator:
         """After an analytics round: plan for new incidents, verify and expire the rest."""
         with self._lock:
             for inc in changed:
-                if inc.status is Status.OPEN and inc.incident_id not in self._planned:
+                if inc.status is Status.OPEN and inc.causes and \
+                        _verdict(inc) not in self._planned:
                     self._handle(inc, tracker, now_ns)
             self._verify(tracker, now_ns)
             self._expire(now_ns)
@@ -107,7 +115,7 @@ class Remediator:
         action = plan(inc, status, now_ns)
         if action is None:
             return
-        self._planned.add(inc.incident_id)
+        self._planned.add(_verdict(inc))
         self._submit(action, "planner", tracker, now_ns)
 
     def propose(self, action: Action, actor: str, now_ns: int,

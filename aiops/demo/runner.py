@@ -1,0 +1,349 @@
+"""`aiops demo`: the embedded stack under mixed traffic, a real incident, and the loop closing
+on it: detection -> incident -> root cause -> action under policy -> verification -> the
+chat-ops answer -> a report with the SLIs and the action annotations.
+
+Everything it starts it stops, on success, failure or Ctrl-C (``finally: down``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from aiops.client import ServerClient
+from aiops.config import Settings
+from aiops.demo.report import write_report
+from aiops.demo.scenarios import SCENARIOS, Scenario
+from aiops.demo.traffic import Traffic
+from aiops.errors import AIOpsError, StackError
+from aiops.lifecycle import LifecycleClient, admin_token
+from aiops.remediation.policy import DEMO_POLICY
+
+__all__ = ["ScenarioResult", "demo_settings", "run_demo"]
+
+BASELINE_S = 20.0
+DETECT_TIMEOUT_S = 120.0
+RECOVER_TIMEOUT_S = 150.0
+DECIDING = ("proposed", "approved")  # on the way to executed (or failed)
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    fault_at: float
+    events: list[tuple[float, str]] = field(default_factory=list)
+    incident: dict[str, Any] | None = None
+    detected_at: float | None = None
+    action: dict[str, Any] | None = None
+    acted_at: float | None = None
+    verified_at: float | None = None
+    fixed_at: float | None = None  # the demo's operator removed the fault
+    resolved_at: float | None = None
+    recovered_at: float | None = None  # the clients' last bad request
+    answer: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def mttd_s(self) -> float | None:
+        return self.detected_at - self.fault_at if self.detected_at else None
+
+    @property
+    def ttr_s(self) -> float | None:
+        return self.recovered_at - self.fault_at if self.recovered_at else None
+
+    @property
+    def attributed(self) -> bool:
+        inc = self.incident or {}
+        s = self.scenario
+        return inc.get("service") == s.model and inc.get("model_version") == s.version \
+            and inc.get("fault_class") in s.expect_fault
+
+    def note(self, text: str, at: float | None = None) -> None:
+        self.events.append((at or time.time(), text))
+
+
+def demo_settings(base: Settings, **overrides: Any) -> Settings:
+    """The demo's stack: the packaged models, the demo policy (rollbacks on their own),
+    analytics at demo speed, in its own data directory."""
+    values = base.model_dump()
+    values.update(data_dir=base.data_dir / "demo", models_file=None, policy_file=DEMO_POLICY,
+                  analytics=True, analytics_interval_s=1.0, analytics_window_s=10.0,
+                  analytics_resolve_after_s=10.0, analytics_burn_windows="60/10/6",
+                  # Logical CPUs for Ray's scheduler: the chat model autoscales to two
+                  # replicas under the demo's load, and its v2 canary needs room beside them.
+                  ray_num_cpus=max(base.ray_num_cpus, 4))
+    values.update(overrides)
+    return Settings(**values)
+
+
+def _iso(value: str | None) -> float | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp()
+
+
+class _Screen:
+    """The live view: traffic per kind, the phase and the story so far."""
+
+    def __init__(self, console: Console, traffic: Traffic, headless: bool) -> None:
+        self.console, self.traffic, self.headless = console, traffic, headless
+        self.phase = "starting"
+        self.lines: list[str] = []
+        self.live: Live | None = None
+
+    def __enter__(self) -> _Screen:
+        if not self.headless:
+            self.live = Live(self._render(), console=self.console, refresh_per_second=2)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.update(self._render())
+            self.live.__exit__(None, None, None)
+
+    def say(self, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        self.lines.append(f"[dim]{stamp}[/dim] {text}")
+        if self.live is None:
+            self.console.print(f"[dim]{stamp}[/dim] {text}")
+        self.refresh()
+
+    def refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self._render())
+
+    def _render(self) -> Group:
+        t = Table("traffic (last 10 s)", "model", "req/s", "p50 ms", "p95 ms", "failed",
+                  "versions", title=f"phase: {self.phase}")
+        window = self.traffic.window(10)
+        for kind in ("chat", "stream", "embed", "image"):
+            xs = [s for s in window if s.kind == kind]
+            lat = sorted(s.seconds * 1000 for s in xs)
+            failed = sum(s.status != 200 for s in xs)
+            versions = ", ".join(sorted({s.version for s in xs if s.version}))
+            t.add_row(kind, xs[0].model if xs else "", f"{len(xs) / 10:.1f}",
+                      _quantile(lat, 0.5), _quantile(lat, 0.95), str(failed), versions)
+        return Group(t, *self.lines[-14:])
+
+
+def _quantile(sorted_ms: list[float], q: float) -> str:
+    if not sorted_ms:
+        return "-"
+    return f"{sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]:.0f}"
+
+
+def _wait(what: str, timeout_s: float, probe: Callable[[], Any], screen: _Screen) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        screen.refresh()
+        time.sleep(0.5)
+    raise StackError(f"demo: {what} did not happen within {timeout_s:.0f} s")
+
+
+def _specs_with_canary(control: LifecycleClient, model: str) -> list[dict[str, Any]]:
+    from serve.specs import DEFAULT_SPECS_FILE, load_specs
+
+    specs = [s.model_dump(mode="json") for s in load_specs(DEFAULT_SPECS_FILE)]
+    base = next(s for s in specs if s["name"] == model)
+    base["traffic"] = 100
+    return [*specs, {**base, "version": "v2", "traffic": 0}]
+
+
+def _run_scenario(s: Scenario, settings: Settings, traffic: Traffic, screen: _Screen,
+                  db: ServerClient, control: LifecycleClient) -> ScenarioResult:
+    screen.phase = f"{s.name}: {s.title}"
+    if s.canary_percent is not None:
+        screen.say(f"deploying {s.model} v2 (unrouted; gates run on it first)")
+        control.apply(_specs_with_canary(control, s.model))
+        control.set_faults(s.model, "v2", s.faults)
+        result = ScenarioResult(s, time.time())
+        control.canary(s.model, "v2", s.canary_percent)
+        screen.say(f"[bold]canary[/bold]: {s.model} v2 takes {s.canary_percent}% of traffic "
+                   f"(it carries an injected fault: {s.faults})")
+    else:
+        control.set_faults(s.model, "v1", s.faults)
+        result = ScenarioResult(s, time.time())
+        screen.say(f"[bold]fault[/bold] on {s.model} v1: {s.faults}")
+    result.note("fault injected", result.fault_at)
+
+    def incident() -> dict[str, Any] | None:
+        # The first incident row after the fault that attributes it to this model version
+        # (a new incident, or one already open whose verdict changed to it).
+        rows = db.rows("SELECT incident_id, epoch_ns(min(updated_at)) / 1e9 AS t "
+                       "FROM incidents WHERE service = ? AND model_version = ? "
+                       "AND epoch_ns(updated_at) >= ? AND status <> 'resolved' "
+                       "GROUP BY incident_id ORDER BY t LIMIT 1",
+                       [s.model, s.version, int(result.fault_at * 1e9)])
+        return rows[0] if rows else None
+
+    found = _wait(f"an incident on {s.model}", DETECT_TIMEOUT_S, incident, screen)
+    inc = db.incident(found["incident_id"])
+    result.detected_at = float(found["t"])
+    result.note("incident opened", result.detected_at)
+    screen.say(f"[red]detected[/red] after {result.mttd_s:.1f} s: incident "
+               f"{inc['incident_id']} ({inc['severity']})")
+    result.incident = inc
+    causes = inc["evidence"].get("root_causes", [])
+    if causes:
+        top = causes[0]
+        ids = ", ".join(f"{e['kind']} {e['id']}" for e in top["evidence"][:3])
+        screen.say(f"root cause: [bold]{top['fault_class']}[/bold] on [bold]{top['entity']}"
+                   f"[/bold] (confidence {top['confidence']:.0%}); evidence: {ids}")
+
+    def action() -> dict[str, Any] | None:
+        for a in db.actions():
+            if a["incident_id"] == inc["incident_id"] and a["status"] not in DECIDING \
+                    and (_iso(a["created_at"]) or 0) >= result.fault_at - 1:
+                return a
+        return None
+
+    try:
+        act = _wait("a decision on an action", 15, action, screen)
+    except StackError:
+        act = None
+    if act is not None:
+        result.action = act
+        screen.say(f"action [bold]{act['kind']} {act['target']}[/bold]: policy mode "
+                   f"{act['mode']} -> {act['status']}")
+    if act is not None and act["status"] in ("executed", "verified"):
+        rows = db.rows("SELECT epoch_ns(updated_at) / 1e9 AS t FROM actions WHERE "
+                       "action_id = ? AND status = 'executed'", [act["action_id"]])
+        result.acted_at = float(rows[0]["t"]) if rows else time.time()
+        result.note(f"{act['kind']} executed", result.acted_at)
+        screen.say(f"[green]executed[/green] {act['kind']} {act['target']} "
+                   f"{result.acted_at - result.fault_at:.1f} s after the fault")
+    elif s.operator_fix_after_s is not None:
+        time.sleep(s.operator_fix_after_s)
+        control.set_faults(s.model, s.version, {})
+        result.fixed_at = time.time()
+        result.note("operator removed the fault", result.fixed_at)
+        screen.say("no automatic action for this one: the operator removes the fault")
+
+    def resolved() -> dict[str, Any] | None:
+        current = db.incident(inc["incident_id"])
+        return current if current["status"] == "resolved" else None
+
+    try:
+        done = _wait("the incident to resolve", RECOVER_TIMEOUT_S, resolved, screen)
+        result.resolved_at = _iso(done["closed_at"])
+        result.note("incident resolved", result.resolved_at)
+        # Recovered: the later of the fix and the clients' last bad request.
+        result.recovered_at = max(t for t in (
+            traffic.last_bad_after(result.fault_at, s.model, s.slo_s), result.acted_at,
+            result.fixed_at, result.fault_at) if t is not None)
+        screen.say(f"[green]recovered[/green]: the clients' last bad request "
+                   f"{(result.ttr_s or 0):.1f} s after the fault; incident resolved")
+    except StackError as exc:
+        result.problems.append(str(exc))
+        screen.say(f"[red]{exc}[/red]")
+    if result.action is not None:
+        final = next((a for a in db.actions() if a["action_id"] == result.action["action_id"]),
+                     result.action)
+        result.action = final
+        if final["status"] == "verified":
+            result.verified_at = time.time()
+            screen.say(f"action {final['action_id']} [green]verified[/green] (SLIs recovered)")
+    control.set_faults(s.model, s.version, {})
+    return result
+
+
+def _settle(db: ServerClient, screen: _Screen, timeout_s: float = 60.0) -> None:
+    """Wait until no incident is active (start-up noise resolved), so the next one is the
+    scenario's."""
+    try:
+        _wait("a quiet moment (no active incident)", timeout_s,
+              lambda: not db.incidents("active"), screen)
+    except StackError:
+        active = ", ".join(f"{i['incident_id']} ({i['summary']})" for i in db.incidents("active"))
+        screen.say(f"[yellow]still active, going on: {active}[/yellow]")
+
+
+def _ask(settings: Settings, db: ServerClient, s: Scenario, screen: _Screen
+         ) -> dict[str, Any] | None:
+    question = f"What happened to {s.model} in the last 15 minutes?"
+    screen.say(f"chat-ops: [italic]{question}[/italic]")
+    try:
+        return db.ask(question, "demo", admin_token(settings))
+    except AIOpsError as exc:
+        screen.say(f"[red]the agent did not answer: {exc}[/red]")
+        return None
+
+
+def run_demo(settings: Settings, console: Console, scenarios: list[str],
+             report_dir: Path = Path("reports"), headless: bool = False) -> list[ScenarioResult]:
+    """Bring the demo stack up, run the scenarios, write the report, bring it all down."""
+    from aiops.stack import down, up
+
+    unknown = [n for n in scenarios if n not in SCENARIOS]
+    if unknown:
+        raise StackError(f"unknown scenario(s) {', '.join(unknown)}: "
+                         f"{', '.join(SCENARIOS)} or all")
+    results: list[ScenarioResult] = []
+    started = time.time()
+    if settings.data_dir.name == "demo" and settings.data_dir.is_dir():
+        shutil.rmtree(settings.data_dir)  # the demo's own: every run starts from nothing
+    up(settings, progress=console.log)
+    traffic = None
+    try:
+        traffic = Traffic(settings.serve_url, api_key=next(
+            (k.strip() for k in settings.api_keys.split(",") if k.strip()), None)).start()
+        with _Screen(console, traffic, headless) as screen, \
+                ServerClient(settings.server_url) as db, \
+                LifecycleClient.from_settings(settings) as control:
+            screen.phase = "baseline"
+            screen.say(f"mixed traffic (chat, streaming chat, embeddings, images); "
+                       f"{BASELINE_S:.0f} s of baseline")
+            deadline = time.monotonic() + BASELINE_S
+            while time.monotonic() < deadline:
+                screen.refresh()
+                time.sleep(0.5)
+            _settle(db, screen)
+            for i, name in enumerate(scenarios):
+                if i:
+                    _settle(db, screen)
+                result = _run_scenario(SCENARIOS[name], settings, traffic, screen, db, control)
+                result.answer = _ask(settings, db, result.scenario, screen)
+                results.append(result)
+            screen.phase = "done"
+        for r in results:
+            if r.answer is not None:
+                from agents.cli import render
+
+                console.rule(f"chat-ops: what happened to {r.scenario.model}? "
+                             f"({r.scenario.name})")
+                render(r.answer, console)
+        paths = write_report(results, traffic, report_dir, started)
+        _summary(console, results)
+        console.print(f"report: {paths[0]}")
+    finally:
+        if traffic is not None:
+            traffic.close()
+        down(settings, progress=console.log)
+    return results
+
+
+def _summary(console: Console, results: list[ScenarioResult]) -> None:
+    t = Table("scenario", "attributed", "action", "MTTD s", "time to recovered s",
+              title="incidents")
+    for r in results:
+        inc = r.incident or {}
+        who = f"{inc.get('fault_class')} on {inc.get('service')}@{inc.get('model_version')}"
+        act = f"{r.action['kind']} ({r.action['status']})" if r.action else \
+            ("operator fix" if r.fixed_at else "-")
+        t.add_row(r.scenario.name, ("[green]" if r.attributed else "[red]") + who, act,
+                  f"{r.mttd_s:.1f}" if r.mttd_s is not None else "-",
+                  f"{r.ttr_s:.1f}" if r.ttr_s is not None else "-")
+    console.print(t)
