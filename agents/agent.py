@@ -140,7 +140,7 @@ class Agent:
         elif self.mode == "tools" and self.llm is not None:
             narrative = self._function_calling(question, inv)
         elif self.llm is not None:
-            narrative = llm_narrative(self.llm, inv, question, versions)
+            narrative = llm_narrative(self.llm, inv, question, versions, models)
         else:
             narrative = template_narrative(inv)
         answer = Answer(
@@ -221,7 +221,9 @@ def render_markdown(a: Answer) -> str:
                      "minutes*")
         lines += [f"- `{i['incident_id']}` {i['status']} {i['severity']}: {i['summary']}"
                   for i in a.incidents]
-        return "\n".join(lines)
+        if f is None:
+            return "\n".join(lines)
+        lines.append("The one that matters most:")
     if f is not None:
         where = f.component + (f"@{f.version}" if f.version else "")
         lines.append(f"*{f.fault_class or 'anomaly'} on {where}* - incident `{f.incident_id}` "

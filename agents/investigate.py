@@ -9,6 +9,7 @@ with the id a reader can look up.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -17,6 +18,8 @@ from agents.intent import Intent, IntentKind
 from agents.tools import Toolbox, ToolResult
 
 __all__ = ["EvidenceItem", "Facts", "Investigation", "investigate"]
+
+INGRESS = "ingress"
 
 
 class EvidenceItem(BaseModel):
@@ -37,6 +40,7 @@ class Facts(BaseModel):
     onset: str | None = None
     confidence: float | None = None
     summary: str = ""
+    recurrences: int = 1  # incidents of the same fault on it in the window
 
 
 class Investigation(BaseModel):
@@ -77,17 +81,47 @@ def investigate(box: Toolbox, intent: Intent) -> Investigation:
         return inv
     listed = _call(inv, box, "list_incidents", minutes=intent.minutes, model=intent.model)
     inv.incidents = listed.data if listed.ok else []
+    if not inv.incidents and intent.model is not None:
+        # Requests reach a model through the ingress: a fault there (a flood of invalid
+        # requests, say) is the answer when the model itself had none.
+        via = _call(inv, box, "list_incidents", minutes=intent.minutes, model=INGRESS)
+        inv.incidents = via.data if via.ok else []
     if intent.kind is IntentKind.LIST_INCIDENTS:
         for i in inv.incidents:
             inv.add("incident", i["incident_id"], f"{i['status']} {i['severity']}: {i['summary']}")
-        return inv
-    if inv.incidents:
-        _incident(inv, box, inv.incidents[0]["incident_id"])
+    episode = _episode(inv.incidents)
+    if episode:
+        _incident(inv, box, episode[-1]["incident_id"])
+        if inv.facts is not None and len(episode) > 1:
+            # A recurring fault (a crash loop, a flapping canary) is one episode: it began
+            # with the first of its incidents.
+            inv.facts.onset = min(i["onset"] or i["opened"] for i in episode)
+            inv.facts.recurrences = len(episode)
+            for i in episode[:-1]:
+                inv.add("incident", i["incident_id"], f"earlier, same fault: {i['summary']}")
     if intent.model or inv.facts:
         _component(inv, box, inv.facts.component if inv.facts else str(intent.model))
     if intent.kind is IntentKind.PROPOSE_ACTION:
         _propose(inv, box)
     return inv
+
+
+def _episode(incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The incidents that matter most, oldest first: those of one component, version and
+    fault class, preferring a model over the ingress (usually a symptom), an active episode
+    over a resolved one, a page over a ticket, then the most recent."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for i in incidents:
+        groups[(i["service"], str(i["model_version"]), str(i["fault_class"]))].append(i)
+    if not groups:
+        return []
+
+    def rank(key: tuple[str, str, str]) -> tuple[bool, bool, bool, str]:
+        items = groups[key]
+        return (key[0] != INGRESS, any(i["status"] != "resolved" for i in items),
+                any(i["severity"] == "page" for i in items), max(i["opened"] for i in items))
+
+    return sorted(groups[max(groups, key=rank)], key=lambda i: i["opened"])
 
 
 def _incident(inv: Investigation, box: Toolbox, incident_id: str) -> None:

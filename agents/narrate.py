@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -57,6 +58,12 @@ def template_narrative(inv: Investigation) -> Narrative:
         (f" (replica {f.replica})" if f.replica else "")
     parts = [f"{f.fault_class or 'anomaly'} on {where}{_onset(inv)} [{f.incident_id}]: "
              f"{f.summary}."]
+    if f.recurrences > 1:
+        parts.append(f"It recurred: {f.recurrences} incidents of it in the last "
+                     f"{inv.intent.minutes:g} minutes.")
+    if inv.intent.model and f.component != inv.intent.model:
+        parts.insert(0, f"No incident on {inv.intent.model} itself; its requests pass "
+                        f"through the {f.component}, which had one.")
     cited = [f.incident_id]
     for kind in ("trace", "metric", "log_template"):
         for e in inv.evidence:
@@ -85,38 +92,58 @@ def _prompt(inv: Investigation, question: str) -> str:
 def _schema(inv: Investigation) -> dict[str, Any]:
     tags = [e.tag for e in inv.evidence[:8]]
     return {"type": "object", "properties": {
-        "summary": {"type": "string", "maxLength": 400},
+        "summary": {"type": "string", "minLength": 20, "maxLength": 200},
         "cited": {"type": "array", "items": {"enum": tags}, "minItems": 1,
                   "maxItems": len(tags)}},
         "required": ["summary", "cited"]}
 
 
-def check(inv: Investigation, summary: str, versions: list[str]) -> str | None:
-    """Why a narrative contradicts the facts, or None when it does not."""
+def check(inv: Investigation, summary: str, versions: Sequence[str],
+          models: Sequence[str] = (), grounding: str | None = None) -> str | None:
+    """Why a narrative contradicts the facts (or says nothing), or None when it holds.
+    With ``grounding`` (the text the model was given), every number and id it states must
+    come from there: a small model invents figures and trace ids fluently."""
     f = inv.facts
     assert f is not None
-    if not summary.strip():
-        return "empty summary"
     said = summary.lower()
+    words = re.findall(r"[\w@.-]+", said)
+    if len(words) < 4:
+        return "too short to say anything"
+    if len(set(words)) < 0.5 * len(words):
+        return "repeats itself"
+    if f.component.lower() not in said and f.incident_id not in said:
+        return f"does not name {f.component} or {f.incident_id}"
+    bare = said
+    for m in sorted({*models, f.component}, key=len, reverse=True):
+        bare = bare.replace(m.lower(), " ")  # "minilm-l6-v2" names a model, not version v2
     for v in versions:
-        if v != f.version and re.search(rf"\b{re.escape(v.lower())}\b", said):
+        if v != f.version and re.search(rf"\b{re.escape(v.lower())}\b", bare):
             return f"names version {v}, the investigation found {f.version}"
     for word in FAULT_WORDS:
-        if word != f.fault_class and re.search(rf"\b{word}\b", said) \
-                and (f.fault_class or "") not in said:
+        if word != f.fault_class and re.search(rf"\b{word}\b", bare) \
+                and (f.fault_class or "") not in bare:
             return f"calls it {word}, the investigation found {f.fault_class}"
+    for date in re.findall(r"\b\d{4}-\d{2}-\d{2}", said):
+        if not f.onset or date != f.onset[:10]:
+            return f"invents a date ({date})"
+    if grounding is not None:
+        given = grounding.lower()
+        for token in re.findall(r"\b(?:inc-|act-)?[0-9a-f]{12,32}\b|\d+(?:\.\d+)?", said):
+            if len(token) >= 2 and token not in given:
+                return f"states {token}, which is not in the evidence"
     return None
 
 
-def llm_narrative(llm: LLM, inv: Investigation, question: str, versions: list[str],
-                  max_tokens: int = 160) -> Narrative:
+def llm_narrative(llm: LLM, inv: Investigation, question: str, versions: Sequence[str],
+                  models: Sequence[str] = (), max_tokens: int = 320) -> Narrative:
     """The LLM's narrative, or the template's with the reason the LLM's was rejected."""
     from llama_index.core.llms import ChatMessage
 
     if inv.facts is None or not inv.evidence:
         return template_narrative(inv)
+    prompt = _prompt(inv, question)
     messages = [ChatMessage(role="system", content=SYSTEM_PROMPT),
-                ChatMessage(role="user", content=_prompt(inv, question))]
+                ChatMessage(role="user", content=prompt)]
     fmt = {"type": "json_schema",
            "json_schema": {"name": "narrative", "schema": _schema(inv), "strict": True}}
     try:
@@ -128,7 +155,7 @@ def llm_narrative(llm: LLM, inv: Investigation, question: str, versions: list[st
         return _rejected(inv, f"unusable LLM output: {exc}")
     except Exception as exc:  # noqa: BLE001 - the LLM endpoint failing must not fail the answer
         return _rejected(inv, f"LLM unavailable: {type(exc).__name__}: {exc}")
-    problem = check(inv, summary, versions)
+    problem = check(inv, summary, versions, models, grounding=prompt)
     if problem:
         return _rejected(inv, problem)
     by_tag = {e.tag: e.id for e in inv.evidence}

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from aiops.analytics.findings import FaultClass
 from aiops.analytics.slo import Objective
 from aiops.errors import ConfigError
-from aiops.schema import table
+from aiops.schema import Kind, table
 from aiops.store import Store
 
 __all__ = ["CASES_DIR", "TELEMETRY_TABLES", "Case", "Expected", "load_case", "load_cases",
@@ -116,9 +116,9 @@ def load_telemetry(case: Case, store: Store) -> dict[str, int]:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh if line.strip()]
         schema = table(name).arrow_schema
+        json_columns = [c.name for c in table(name).columns if c.kind is Kind.JSON]
         for r in rows:
-            for col in ("attributes", "resource_attributes", "events", "links", "exemplars",
-                        "scope_attributes"):
+            for col in json_columns:
                 if isinstance(r.get(col), (dict, list)):
                     r[col] = json.dumps(r[col])
         store.append(name, pa.Table.from_pylist(rows, schema=schema))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -68,13 +68,20 @@ def rank_causes(findings: list[Finding]) -> list[RankedCause]:
     for f in findings:
         by_version[Entity(f.entity.service, f.entity.version)].append(f)
     callees = any(e.service != INGRESS for e in by_version)
+    # The best score of a callee with a kernel-level cause (a crash, an OOM kill, ...).
+    explained = max((f.score for e, fs in by_version.items() if e.service != INGRESS
+                     for f in fs if f.fault_class in CAUSE_CLASSES), default=0.0)
     causes = []
     for entity, fs in by_version.items():
         score = max(f.score for f in fs)
         if entity.service == INGRESS and callees:
             score *= CALLER_DISCOUNT
+            if explained:
+                # The caller's symptoms are explained by its callee's cause: it ranks below.
+                score = min(score, 0.99 * explained)
         kernel = [f for f in fs if f.fault_class in CAUSE_CLASSES]
-        lead = max(kernel or fs, key=lambda f: f.score)
+        # An OOM kill also shows as the process's exit: on a tie the memory cause leads.
+        lead = max(kernel or fs, key=lambda f: (f.score, f.fault_class is FaultClass.MEMORY))
         replicas = {f.entity.replica for f in kernel if f.entity.replica}
         named = Entity(entity.service, entity.version,
                        next(iter(replicas)) if len(replicas) == 1 else None)
@@ -156,7 +163,13 @@ class IncidentTracker:
                 self.open[service] = inc
             before = (inc.causes[0].entity, inc.causes[0].fault_class) if inc.causes else None
             for f in fs:
-                inc.findings[(f.detector, f.entity, f.fault_class)] = f
+                key = (f.detector, f.entity, f.fault_class)
+                seen = inc.findings.get(key)
+                if seen is not None and seen.start_ns < f.start_ns:
+                    # A finding refires every round with its window's start: keep when it
+                    # first fired, or the incident's onset would creep forward.
+                    f = replace(f, start_ns=seen.start_ns)
+                inc.findings[key] = f
             inc.causes = rank_causes(list(inc.findings.values()))
             inc.last_firing_ns = now_ns
             after = (inc.causes[0].entity, inc.causes[0].fault_class)

@@ -36,6 +36,9 @@ FROM metric_points
 WHERE name IN ('aiops.ebpf.process.exits', 'aiops.ebpf.oom.kills',
                'aiops.ebpf.tcp.retransmits')
   AND epoch_ns(time) > ? AND attributes->>'gen_ai.request.model' IS NOT NULL
+  -- A replica stopped on purpose (a rollback, a scale-in) exits cleanly or on SIGTERM:
+  -- not a crash. (Exits recorded before the status existed have none, and count.)
+  AND coalesce(attributes->>'process.exit.status', 'unknown') NOT IN ('clean', 'signal:15')
 GROUP BY ALL
 """
 

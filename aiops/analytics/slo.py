@@ -97,7 +97,9 @@ def burn_findings(store: Store, objectives: Iterable[Objective], windows: list[B
                     entity = Entity(o.model, version)
                     found.append(Finding(
                         "slo_burn", entity, fault,
-                        min(burn, s_burn) / w.threshold, now_ns - int(w.long_s * NS), now_ns,
+                        # Start: the short window's, the tighter bound on when it began
+                        # (the long window's can reach an hour back).
+                        min(burn, s_burn) / w.threshold, now_ns - int(w.short_s * NS), now_ns,
                         f"{o.model} {version}: {bad}/{total} requests {what} in "
                         f"{w.long_s:g} s, burning the error budget {burn:.1f}x "
                         f"({s_burn:.1f}x over {w.short_s:g} s)",

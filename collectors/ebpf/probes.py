@@ -19,7 +19,7 @@ from typing import Any
 
 from collectors.ebpf.attribution import Processes
 
-__all__ = ["PROBES", "Measurement", "Probe", "ProbeError"]
+__all__ = ["PROBES", "Measurement", "Probe", "ProbeError", "exit_status"]
 
 log = logging.getLogger(__name__)
 
@@ -210,21 +210,33 @@ def _state(code: int) -> str:
     return TCP_STATES[code] if 0 < code < len(TCP_STATES) else str(code)
 
 
+def exit_status(code: int) -> str:
+    """How a process ended, in words: ``clean`` (exit 0), ``error:N`` (exit N),
+    ``signal:N`` (signal N was its last, and it did not exit on its own) or ``unknown``."""
+    if code < 0:
+        return "unknown"
+    if code & 0x7F:
+        return f"signal:{code & 0x7F}"
+    return "clean" if code == 0 else f"error:{(code >> 8) & 0xFF}"
+
+
 class ProcessEvents(Probe):
     name = "process"
     source = "process.bpf.c"
-    description = "Process exec and exit, OOM-kill victims (sched_process_*, oom:mark_victim)"
+    description = ("Process exec and exit with how it ended, OOM-kill victims (sched_process_*, "
+                   "exit_group, signal_generate, oom:mark_victim)")
     KINDS = {1: "aiops.ebpf.process.execs", 2: "aiops.ebpf.process.exits",
              3: "aiops.ebpf.oom.kills"}
 
     def load(self) -> None:
         super().load()
-        self._events: list[tuple[int, int, str]] = []
+        self._events: list[tuple[int, int, str, int]] = []
         self.lost = 0
 
         def on_event(_cpu: int, data: Any, _size: int) -> None:
             e = self.bpf[b"proc_events"].event(data)
-            self._events.append((int(e.kind), int(e.pid), e.comm.decode(errors="replace")))
+            self._events.append((int(e.kind), int(e.pid), e.comm.decode(errors="replace"),
+                                 int(e.code)))
 
         def on_lost(count: int) -> None:
             self.lost += count
@@ -235,10 +247,12 @@ class ProcessEvents(Probe):
         self.bpf.perf_buffer_poll(timeout=0)
         events, self._events = self._events, []
         counts: dict[tuple[tuple[str, str | int], ...], Measurement] = {}
-        for kind, pid, comm in events:
+        for kind, pid, comm, code in events:
             info = procs.info(pid)
             # An exited process's /proc entry may be gone already: keep the kernel's comm.
             attrs = {**info.attributes(), "process.command": comm or info.comm}
+            if kind == 2:
+                attrs["process.exit.status"] = exit_status(code)
             m = counts.setdefault((("kind", kind), *sorted(attrs.items())),
                                   Measurement(self.KINDS[kind], attrs, value=0.0))
             m.value = (m.value or 0.0) + 1

@@ -49,3 +49,15 @@ def test_a_few_retransmits_are_noise_many_are_a_finding(store: Store) -> None:
     add_points(store, [events(T0 - 2 * NS, "aiops.ebpf.tcp.retransmits", 9)])
     [f] = kernel_findings(store, T0)
     assert f.fault_class is FaultClass.NETWORK and f.score == 12 / 5
+
+
+def test_a_replica_stopped_on_purpose_is_not_a_crash(store: Store) -> None:
+    def exit_with(status: str) -> dict[str, Any]:
+        point = events(T0 - 3 * NS, "aiops.ebpf.process.exits", 1)
+        point["attributes"]["process.exit.status"] = status
+        return point
+
+    add_points(store, [exit_with("clean"), exit_with("signal:15")])
+    assert kernel_findings(store, T0) == []
+    add_points(store, [exit_with("error:1")])
+    assert [f.fault_class for f in kernel_findings(store, T0)] == [FaultClass.CRASH]

@@ -96,3 +96,27 @@ def test_an_oom_victim_is_recorded(server: RunningServer, memory_cgroup: Path) -
     attrs = json.loads(server.store.query(
         "SELECT attributes FROM metric_points WHERE name = 'aiops.ebpf.oom.kills'").rows[0][0])
     assert attrs["process.command"].startswith("python")
+
+
+def test_exits_carry_how_the_process_ended(server: RunningServer) -> None:
+    """A replica stopped on purpose exits cleanly; a crash does not: the status tells."""
+    collector = EbpfCollector(server.url, probes=(ProcessEvents,))
+    try:
+        clean = subprocess.Popen([sys.executable, "-c", "pass"])
+        failed = subprocess.Popen([sys.executable, "-c", "import os; os._exit(3)"])
+        killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        time.sleep(0.5)
+        killed.kill()
+        assert (clean.wait(30), failed.wait(30), killed.wait(30)) == (0, 3, -9)
+        time.sleep(0.2)
+        collector.cycle()
+    finally:
+        collector.close()
+    statuses = {}
+    for proc, want in ((clean, "clean"), (failed, "error:3"), (killed, "signal:9")):
+        rows = server.store.query(
+            "SELECT attributes->>'process.exit.status' FROM metric_points WHERE name = "
+            "'aiops.ebpf.process.exits' AND (attributes->>'$.\"process.pid\"')::BIGINT = ?",
+            [proc.pid]).rows
+        statuses[want] = [r[0] for r in rows]
+    assert statuses == {"clean": ["clean"], "error:3": ["error:3"], "signal:9": ["signal:9"]}
