@@ -618,6 +618,46 @@ def models_rollback(ctx: typer.Context, model: str) -> None:
     _print_model(model, _run_lifecycle(ctx, "rollback", model))
 
 
+@models_app.command("rollout")
+def models_rollout(
+    ctx: typer.Context, model: str, version: str,
+    steps: Annotated[str, typer.Option(help="Canary percentages, rising to 100.")]
+    = "5,25,50,100",
+    step_s: Annotated[float, typer.Option(help="Seconds each step is observed.")] = 60.0,
+    wait: Annotated[bool, typer.Option(help="Follow it until it ends.")] = True,
+) -> None:
+    """Progressive canary of an applied VERSION: each step's SLIs against the stable
+    version's; promoted at the end, or rolled back (under the policy) on a breach."""
+    import time
+
+    from aiops.client import ServerClient
+    from aiops.lifecycle import admin_token
+
+    settings = _settings(ctx)
+    try:
+        parsed = [int(p) for p in steps.split(",")]
+    except ValueError as exc:
+        raise _fail(AIOpsError(f"--steps looks like 5,25,50,100, got {steps!r}"), 2) from exc
+    try:
+        with ServerClient(settings.server_url) as client:
+            state = client.rollout(model, version, admin_token(settings), parsed, step_s)
+            console.print(f"{state['rollout_id']}: {model} {version} vs {state['stable']}, "
+                          f"steps {state['steps']}")
+            seen = 0
+            while wait and state["status"] in ("pending", "running"):
+                time.sleep(1)
+                state = client.rollouts(state["rollout_id"])
+                for h in state["history"][seen:]:
+                    mark = "[green]pass[/green]" if h["ok"] else "[red]breach[/red]"
+                    console.print(f"  {h['percent']:>3}% {mark} {escape(h['reason'])}")
+                seen = len(state["history"])
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    console.print(f"{state['rollout_id']}: [bold]{state['status']}[/bold]")
+    if state["status"] in ("failed", "halted", "rolled_back"):
+        raise typer.Exit(1)
+
+
 @models_app.command("faults")
 def models_faults(
     ctx: typer.Context, model: str, version: str,

@@ -39,14 +39,16 @@ class ServerClient:
             body["limit"] = limit
         return self._request("POST", "/api/v1/sql", json=body)
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        """One call; an unreachable server is a StackError, a non-200 answer QueryFailed."""
+    def _request(self, method: str, path: str, ok: tuple[int, ...] = (200,),
+                 **kwargs: Any) -> dict[str, Any]:
+        """One call; an unreachable server is a StackError, another answer than ``ok``
+        QueryFailed."""
         try:
             resp = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise StackError(f"cannot reach the aiops server at {self._http.base_url}: {exc}") \
                 from exc
-        if resp.status_code != 200:
+        if resp.status_code not in ok:
             raise QueryFailed(f"HTTP {resp.status_code}: {error_message(resp)}")
         result: dict[str, Any] = resp.json()
         return result
@@ -77,6 +79,20 @@ class ServerClient:
         verdict = "approve" if approve else "deny"
         return self._request("POST", f"/api/v1/actions/{action_id}/{verdict}", headers={
             "authorization": f"Bearer {token}", "x-aiops-user": user})
+
+    def rollout(self, model: str, version: str, token: str, steps: list[int] | None = None,
+                step_s: float | None = None) -> dict[str, Any]:
+        """Start a progressive canary (needs the admin token); its state, 202."""
+        body: dict[str, Any] = {"model": model, "version": version}
+        if steps:
+            body["steps"] = steps
+        if step_s:
+            body["step_s"] = step_s
+        return self._request("POST", "/api/v1/rollouts", json=body,
+                             headers={"authorization": f"Bearer {token}"}, ok=(202,))
+
+    def rollouts(self, rollout_id: str | None = None) -> dict[str, Any]:
+        return self._get(f"/api/v1/rollouts/{rollout_id}" if rollout_id else "/api/v1/rollouts")
 
     def ask(self, question: str, user: str = "cli", token: str | None = None,
             timeout_s: float = 180.0) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from prometheus_client import (
     Gauge,
     generate_latest,
 )
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from agents.chatops import AgentService
 from agents.chatops import make_router as chatops_router
@@ -44,6 +44,7 @@ from aiops.ledger import verify_table
 from aiops.lifecycle import LifecycleClient, admin_token
 from aiops.remediation.policy import load_policy
 from aiops.remediation.remediator import Remediator
+from aiops.remediation.rollout import DEFAULT_STEPS, Rollout
 from aiops.retention import Retention
 from aiops.server.exposition import StoreCollector
 from aiops.store import Store
@@ -54,6 +55,24 @@ from collectors.prometheus import Scraper, parse_targets
 __all__ = ["SqlRequest", "create_app"]
 
 log = logging.getLogger(__name__)
+
+
+class RolloutRequest(BaseModel):
+    """Body of ``POST /api/v1/rollouts``."""
+
+    model: str = Field(min_length=1, max_length=200)
+    version: str = Field(min_length=1, max_length=100)
+    steps: list[int] = Field(default_factory=lambda: list(DEFAULT_STEPS), min_length=1,
+                             max_length=20, description="Canary percentages, rising, to 100.")
+    step_s: float = Field(60.0, ge=2, le=3600, description="Seconds each step is observed.")
+
+    @field_validator("steps")
+    @classmethod
+    def _rising_to_100(cls, steps: list[int]) -> list[int]:
+        if any(not 1 <= p <= 100 for p in steps) or steps != sorted(set(steps)) \
+                or steps[-1] != 100:
+            raise ValueError("steps must rise strictly within 1..100 and end at 100")
+        return steps
 
 
 class SqlRequest(BaseModel):
@@ -235,6 +254,37 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=409)
         return JSONResponse(result)
+
+    rollouts: dict[str, Rollout] = {}
+
+    @app.post("/api/v1/rollouts")
+    async def start_rollout(body: RolloutRequest, request: Request) -> JSONResponse:
+        """A progressive canary of an applied version (admin token): each step's SLIs are
+        compared with the stable version's; a breach proposes a rollback to the policy."""
+        require_token(request)
+        busy = [r for r in rollouts.values() if r.model == body.model
+                and r.status in ("pending", "running")]
+        if busy:
+            return JSONResponse({"error": f"{body.model} is already being rolled out "
+                                 f"({busy[0].rollout_id})"}, status_code=409)
+        rollout = Rollout(body.model, body.version, store,
+                          lambda: LifecycleClient.from_settings(settings),
+                          lambda a, actor, now: remediator.propose(a, actor, now, tracker),
+                          tuple(body.steps), body.step_s)
+        rollouts[rollout.rollout_id] = rollout
+        rollout.start()
+        return JSONResponse(rollout.describe(), status_code=202)
+
+    @app.get("/api/v1/rollouts")
+    async def list_rollouts() -> JSONResponse:
+        return JSONResponse({"rollouts": [r.describe() for r in rollouts.values()]})
+
+    @app.get("/api/v1/rollouts/{rollout_id}")
+    async def get_rollout(rollout_id: str) -> JSONResponse:
+        r = rollouts.get(rollout_id)
+        if r is None:
+            return JSONResponse({"error": f"no rollout {rollout_id!r}"}, status_code=404)
+        return JSONResponse(r.describe())
 
     @app.get("/api/v1/ledger/{table_name}/verify")
     async def verify_ledger(table_name: str) -> JSONResponse:

@@ -142,6 +142,50 @@ def test_a_slow_canary_is_rolled_back_then_a_second_is_refused_by_the_cooldown(
 
 
 @pytest.mark.usefixtures("traffic")
+def test_an_error_burst_on_a_canary_is_rolled_back(stack: Settings, tmp_path: Path) -> None:
+    """Another model (the cooldown is per model): its v2 fails half its requests."""
+    doc = yaml.safe_load(MODELS.read_text())
+    base = doc["models"][0]
+    doc["models"] = [{**base, "version": "v1", "traffic": 100},
+                     {**base, "version": "v2", "traffic": 0},
+                     {**base, "name": "echo-b", "version": "v1", "traffic": 100},
+                     {**base, "name": "echo-b", "version": "v2", "traffic": 0}]
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump(doc))
+    specs = [s.model_dump(mode="json") for s in load_specs(tmp_path / "models.yaml")]
+    stop = threading.Event()
+
+    def run() -> None:
+        with httpx.Client(base_url=stack.serve_url, timeout=30) as c:
+            while not stop.is_set():
+                c.post("/v1/chat/completions", json={
+                    "model": "echo-b", "messages": [{"role": "user", "content": "ping"}]})
+
+    with LifecycleClient.from_settings(stack) as control:
+        control.apply(specs)
+        clients = [threading.Thread(target=run) for _ in range(2)]
+        for t in clients:
+            t.start()
+        try:
+            time.sleep(12)  # echo-b's own baseline
+            control.set_faults("echo-b", "v2", {"error_rate": 0.5})
+            control.canary("echo-b", "v2", 30)
+            done = _wait_action(stack, {"kind": "rollback", "target": "echo-b@v2",
+                                        "status": "verified"}, 90)
+            weights = {v["version"]: v["weight"]
+                       for v in control.status()["models"]["echo-b"]["versions"]}
+        finally:
+            stop.set()
+            for t in clients:
+                t.join()
+    assert weights == {"v1": 100, "v2": 0}
+    with ServerClient(stack.server_url) as db:
+        incident = db.incident(done["incident_id"])
+    assert (incident["model_version"], incident["fault_class"]) == ("v2", "errors")
+    assert _ledger(stack, done["action_id"]) == ["proposed", "approved", "executed",
+                                                 "verified"]
+
+
+@pytest.mark.usefixtures("traffic")
 def test_scaling_waits_for_an_approver_and_then_runs(stack: Settings) -> None:
     _no_active_incident(stack)  # a new incident gets its own plan; an open one has had its
     with LifecycleClient.from_settings(stack) as control:
