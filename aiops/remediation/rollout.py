@@ -5,8 +5,9 @@ The comparison has to hold on few samples (a 5% step of a slow model sees a hand
 requests), so it uses exact and rank tests rather than thresholds on percentiles: errors by
 Fisher's exact test (canary failing more often than stable), latency by the Mann-Whitney U
 test (canary slower) together with an effect size (its median beyond ``latency_ratio`` of
-stable's and ``latency_floor_ms`` above it), both one-sided at ``alpha``. Too few canary requests in a step extends it; a
-breach proposes a rollback, which the remediation policy decides like any other action.
+stable's and ``latency_floor_ms`` above it), both one-sided at ``alpha``. Too few canary
+requests in a step extends it; a breach proposes a rollback, which the remediation policy
+decides like any other action.
 Every step's verdict is a ledger entry.
 """
 
