@@ -46,9 +46,9 @@ _WINDOW = re.compile(
 _UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 24 * 60.0}
 _ACTIONS = {"rollback": "rollback", "roll back": "rollback", "revert": "rollback",
             "scale": "scale", "add a replica": "scale", "add replicas": "scale",
-            "promote": "promote"}
+            "promote": "promote", "shed": "shed_load"}
 _IMPERATIVE = re.compile(r"^\s*(?:please\s+|can you\s+|could you\s+)?"
-                         r"(roll ?back|revert|scale|promote|add (?:a )?replicas?)\b", re.I)
+                         r"(roll ?back|revert|scale|promote|shed|add (?:a )?replicas?)\b", re.I)
 _LIST = re.compile(r"\b(list|any|which|show)\b.*\bincidents?\b|\bincidents?\b.*\b(open|active)\b",
                    re.I)
 _INVESTIGATE = re.compile(

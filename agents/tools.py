@@ -27,7 +27,7 @@ from aiops.store import Store
 __all__ = ["PROPOSABLE", "Proposer", "ToolResult", "ToolStatus", "Toolbox"]
 
 NS = 1_000_000_000
-PROPOSABLE = (ActionKind.ROLLBACK, ActionKind.SCALE, ActionKind.PROMOTE)
+PROPOSABLE = (ActionKind.ROLLBACK, ActionKind.SCALE, ActionKind.PROMOTE, ActionKind.SHED_LOAD)
 _TEXT_LIMIT = 300  # characters of any one telemetry text handed to a model
 _ID = re.compile(r"^[A-Za-z0-9_.:@/-]{1,128}$")
 
@@ -300,7 +300,8 @@ class Toolbox:
                        reason: str = "", incident_id: str | None = None,
                        min_replicas: int | None = None, max_replicas: int | None = None
                        ) -> ToolResult:
-        """Propose rollback, scale or promote of a model (version). The remediation policy
+        """Propose rollback, scale, promote or shed_load (refuse batch-class requests) of a
+        model (version). The remediation policy
         decides: executed, waiting for approval, recorded as a dry run, or refused."""
         params = {"kind": kind, "model": model, "version": version, "reason": reason,
                   "incident_id": incident_id}
@@ -318,6 +319,8 @@ class Toolbox:
         if not _ID.match(model) or (version is not None and not _ID.match(version)):
             return self._fail("propose_action", params, "bad model or version name")
         extra: dict[str, Any] = {}
+        if action_kind is ActionKind.SHED_LOAD:
+            extra = {"classes": ["batch"]}
         if action_kind is ActionKind.SCALE:
             if min_replicas is None or max_replicas is None \
                     or not 1 <= min_replicas <= max_replicas:

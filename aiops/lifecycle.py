@@ -68,6 +68,9 @@ class LifecycleClient:
         return self._call("POST", f"/v1/models/{model}/versions/{version}/scale",
                           {"min_replicas": min_replicas, "max_replicas": max_replicas})
 
+    def shed(self, model: str, classes: list[str]) -> dict[str, Any]:
+        return self._call("PUT", f"/v1/models/{model}/shed", {"classes": classes})
+
     def set_faults(self, model: str, version: str, faults: dict[str, Any]) -> dict[str, Any]:
         return self._call("PUT", f"/v1/models/{model}/versions/{version}/faults", faults)
 

@@ -42,7 +42,7 @@ STICKY_HEADER = "x-aiops-session"
 # (Autoscaling bounds as a config-file override of the deployment did not take effect on
 # Ray 2.60 here: the chat model stopped scaling out. They stay in the build arguments, so a
 # `scale` redeploys that version's replicas.)
-_LIVE_FIELDS = {"traffic", "faults"}
+_LIVE_FIELDS = {"traffic", "faults", "shed"}
 
 
 class ModelDeployment(ModelReplica):
@@ -108,6 +108,7 @@ def routing_table(specs: list[ModelSpec], unrouted: frozenset[str] = frozenset()
         models.setdefault(s.name, []).append({
             "version": s.version, "app": s.deployment_name, "deployment": s.deployment_name,
             "weight": 100 if s.traffic is None else s.traffic,
+            "shed": [p.value for p in s.shed],
             "digest": s.artifact.digest() if s.artifact is not None else "none",
             "spec": s.model_dump(mode="json", exclude=_LIVE_FIELDS),
         })

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from aiops.errors import AIOpsError
 from serve.app import deploy_config
 from serve.gates import GateFailed, Trust, static_checks
-from serve.specs import Autoscaling, Faults, ModelSpec, SpecFile
+from serve.specs import Autoscaling, Faults, ModelSpec, Priority, SpecFile
 from serve.telemetry import TelemetryConfig
 
 __all__ = ["ControlError", "DeployFailed", "GateRefused", "NotFound", "ServeControl"]
@@ -85,7 +85,8 @@ class ServeControl:
                 "digest": s.artifact.digest() if s.artifact is not None else None,
                 "autoscaling": {"min_replicas": s.autoscaling.min_replicas,
                                 "max_replicas": s.autoscaling.max_replicas},
-                "faults": s.faults.model_dump(exclude_defaults=True)})
+                "faults": s.faults.model_dump(exclude_defaults=True),
+                "shed": [p.value for p in s.shed]})
         return {"models": models}
 
     # -- operations ------------------------------------------------------------------------
@@ -183,6 +184,19 @@ class ServeControl:
                      for s in self._specs]
             self._deploy(specs)
 
+    def shed(self, model: str, classes: list[str]) -> None:
+        """Refuse these priority classes of MODEL at the ingress (in place; [] lifts it)."""
+        with self._lock:
+            try:
+                parsed = sorted({Priority(c) for c in classes})
+            except ValueError as exc:
+                raise ControlError(f"shed: priority classes are "
+                                   f"{', '.join(p.value for p in Priority)}") from exc
+            versions = self._versions(model)
+            specs = [s.model_copy(update={"shed": parsed}) if s in versions else s
+                     for s in self._specs]
+            self._deploy(specs)
+
     def scale(self, model: str, version: str, min_replicas: int, max_replicas: int) -> None:
         """New autoscaling bounds for one version (its replicas are redeployed; the other
         versions and models are untouched)."""
@@ -269,4 +283,4 @@ def _weight(s: ModelSpec) -> int:
 
 def _static(s: ModelSpec) -> ModelSpec:
     """The part of a spec whose change needs the version redeployed (and gated again)."""
-    return s.model_copy(update={"traffic": None, "faults": Faults()})
+    return s.model_copy(update={"traffic": None, "faults": Faults(), "shed": []})

@@ -39,6 +39,10 @@ class VersionBody(BaseModel):
     version: str
 
 
+class ShedBody(BaseModel):
+    classes: list[str] = Field(max_length=4, description="Priority classes; [] lifts it.")
+
+
 class ScaleBody(BaseModel):
     min_replicas: int = Field(ge=0)
     max_replicas: int = Field(ge=1)
@@ -104,6 +108,12 @@ def create_control_app(control: ServeControl, token: str) -> FastAPI:
         await run_in_threadpool(control.scale, model, version, body.min_replicas,
                                 body.max_replicas)
         return _model_status(control, model)
+
+    @app.put("/v1/models/{model}/shed")
+    async def shed(model: str, body: ShedBody) -> dict[str, Any]:
+        await run_in_threadpool(control.shed, model, body.classes)
+        state: dict[str, Any] = control.status()["models"][model]
+        return state
 
     @app.put("/v1/models/{model}/versions/{version}/faults")
     async def faults(model: str, version: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -274,7 +274,12 @@ class Ingress:
 
     async def _admit(self, request: Request, target: Version) -> Any:
         """Enter the version's admission gate; the caller must ``__aexit__`` the result."""
-        slot = target.gate.slot(self._priority(request, target.spec))
+        priority = self._priority(request, target.spec)
+        if priority in target.shed:
+            raise ApiError(429, f"model {target.spec.name} is shedding {priority.value} load; "
+                           "retry later", type_="rate_limit_error", code="load_shed",
+                           headers={"Retry-After": "30"})
+        slot = target.gate.slot(priority)
         try:
             await slot.__aenter__()
         except QueueFull as exc:

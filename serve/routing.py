@@ -36,6 +36,7 @@ class Version:
     gate: AdmissionController
     validator: jsonschema.Draft202012Validator | None
     handle: Any
+    shed: frozenset[Priority] = frozenset()  # priority classes refused while load is shed
 
     @property
     def version(self) -> str:
@@ -94,6 +95,7 @@ def build_routes(table: dict[str, Any], previous: dict[str, ModelRoute],
             validator = (jsonschema.Draft202012Validator(spec.input_schema)
                          if spec.input_schema else None)
             versions.append(Version(spec, e["app"], e["deployment"], int(e["weight"]),
-                                    e["digest"], gate, validator, handle))
+                                    e["digest"], gate, validator, handle,
+                                    frozenset(Priority(p) for p in e.get("shed", ()))))
         routes[name] = ModelRoute(name, versions)
     return routes

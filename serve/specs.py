@@ -226,6 +226,9 @@ class ModelSpec(_Strict):
         None, ge=0, le=100, description="Percent of the model's requests this version gets; "
         "required when a model lists several versions (they add up to 100).")
     faults: Faults = Faults()
+    shed: list[Priority] = Field(
+        default_factory=list, description="Priority classes the ingress refuses (429 with "
+        "Retry-After) while load is shed; set at run time by the control plane.")
     autoscaling: Autoscaling = Autoscaling()
     options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific.")
     python: Path | None = Field(

@@ -32,6 +32,7 @@ __all__ = ["Remediator", "plan"]
 log = logging.getLogger(__name__)
 
 SCALABLE = ("latency", "cpu")
+SCALE_CEILING = 4  # replicas the planner scales to before it sheds batch load instead
 
 
 def plan(incident: Incident, status: dict[str, Any], now_ns: int) -> Action | None:
@@ -55,10 +56,18 @@ def plan(incident: Incident, status: dict[str, Any], now_ns: int) -> Action | No
                             cause.entity.version, now_ns, to=model.get("stable"))
     elif str(cause.fault_class) in SCALABLE:
         bounds = mine.get("autoscaling") or {"min_replicas": 1, "max_replicas": 1}
-        action = new_action(incident.incident_id, ActionKind.SCALE, cause.entity.service,
-                            cause.entity.version, now_ns,
-                            min_replicas=bounds["min_replicas"] + 1,
-                            max_replicas=max(bounds["max_replicas"], bounds["min_replicas"] + 1))
+        if bounds["min_replicas"] >= SCALE_CEILING:
+            # Scaled out as far as the plan goes: keep interactive traffic within its SLO by
+            # refusing the batch class until the incident resolves.
+            action = new_action(incident.incident_id, ActionKind.SHED_LOAD,
+                                cause.entity.service, cause.entity.version, now_ns,
+                                classes=["batch"])
+        else:
+            action = new_action(incident.incident_id, ActionKind.SCALE, cause.entity.service,
+                                cause.entity.version, now_ns,
+                                min_replicas=bounds["min_replicas"] + 1,
+                                max_replicas=max(bounds["max_replicas"],
+                                                 bounds["min_replicas"] + 1))
     else:
         return None
     action.reason, action.evidence = reason, evidence
@@ -170,14 +179,26 @@ class Remediator:
             if t.status != "executed" or t.executed_ns is None:
                 continue
             if t.action.incident_id not in open_ids:
-                self._record(t, "verified", "verifier", now_ns,
-                             {"recovered_after_s": (now_ns - t.executed_ns) / 1e9})
+                outcome: dict[str, Any] = {"recovered_after_s": (now_ns - t.executed_ns) / 1e9}
+                if t.action.kind is ActionKind.SHED_LOAD:
+                    outcome["lifted"] = self._lift(t)
+                self._record(t, "verified", "verifier", now_ns, outcome)
             elif now_ns - t.executed_ns >= self.policy.verify_s * 1e9:
                 self._record(t, "failed", "verifier", now_ns, {
                     "error": f"the SLI did not recover within {self.policy.verify_s:g} s",
                     "escalated": True})
                 log.error("ESCALATION: %s did not fix %s within %g s", t.action.describe(),
                           t.action.incident_id, self.policy.verify_s)
+
+    def _lift(self, t: _Tracked) -> bool:
+        """Shedding lasts until its incident resolves: then the classes are served again."""
+        try:
+            with self.control() as control:
+                control.shed(t.action.model, [])
+        except AIOpsError as exc:
+            log.error("could not lift the load shedding of %s: %s", t.action.model, exc)
+            return False
+        return True
 
     def _expire(self, now_ns: int) -> None:
         for t in self.actions.values():

@@ -45,3 +45,8 @@ def test_an_unrecognised_question_is_left_to_the_constrained_llm() -> None:
     assert parse_rules("hello there", MODELS) is None
     schema = intent_schema(MODELS)
     assert schema["properties"]["model"]["enum"] == [*MODELS, "none"]
+
+
+def test_shedding_load_is_an_action_too() -> None:
+    i = _read("shed batch load on echo")
+    assert (i.kind, i.action, i.model) == (IntentKind.PROPOSE_ACTION, "shed_load", "echo")

@@ -1,6 +1,7 @@
 """Progressive canaries on the real stack (analytics off, so only the rollout's own gate
 acts): a healthy version goes 5 -> 25 -> 50 -> 100% and is promoted; a slow one is stopped
-at its first step and rolled back under the policy. Every step is in the ledger."""
+at its first step and rolled back under the policy. Every step is in the ledger. And load
+shedding: batch requests refused until it is lifted."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import yaml
 from aiops.client import ServerClient
 from aiops.config import Settings
 from aiops.lifecycle import LifecycleClient, admin_token
+from aiops.remediation.actions import ActionKind, execute, new_action
 from serve.specs import load_specs
 from tests.conftest import running_stack
 
@@ -126,3 +128,24 @@ def test_a_slow_version_is_stopped_at_its_first_step_and_rolled_back(
             [action_id])]
     assert statuses[:3] == ["proposed", "approved", "executed"]
 
+
+
+def test_shedding_refuses_batch_requests_until_lifted(stack: Settings) -> None:
+    def ask(priority: str) -> httpx.Response:
+        return httpx.post(f"{stack.serve_url}/v1/chat/completions", timeout=30,
+                          headers={"x-aiops-priority": priority}, json={
+                              "model": "echo", "messages": [{"role": "user", "content": "hi"}]})
+
+    action = new_action(None, ActionKind.SHED_LOAD, "echo", None, time.time_ns(),
+                        classes=["batch"])
+    with LifecycleClient.from_settings(stack) as control:
+        state = execute(control, action)
+        try:
+            assert {tuple(v["shed"]) for v in state["versions"]} == {("batch",)}
+            refused = ask("batch")
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "30"
+            assert "shedding batch load" in refused.json()["error"]["message"]
+            assert ask("realtime").status_code == 200
+        finally:
+            control.shed("echo", [])
+    assert ask("batch").status_code == 200
