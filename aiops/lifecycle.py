@@ -68,6 +68,11 @@ class LifecycleClient:
         return self._call("POST", f"/v1/models/{model}/versions/{version}/scale",
                           {"min_replicas": min_replicas, "max_replicas": max_replicas})
 
+    def restart_replica(self, model: str, version: str, replica: str | None = None
+                        ) -> dict[str, Any]:
+        return self._call("POST", f"/v1/models/{model}/versions/{version}/restart",
+                          {"replica": replica})
+
     def shed(self, model: str, classes: list[str]) -> dict[str, Any]:
         return self._call("PUT", f"/v1/models/{model}/shed", {"classes": classes})
 

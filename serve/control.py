@@ -184,6 +184,31 @@ class ServeControl:
                      for s in self._specs]
             self._deploy(specs)
 
+    def restart_replica(self, model: str, version: str, replica: str | None = None) -> str:
+        """Stop one replica of a version gracefully (the one named, else the first); Serve
+        starts a fresh one in its place. Returns the replica id stopped."""
+        import ray
+
+        deployment = self._version(model, version).deployment_name
+        prefix = f"SERVE_REPLICA::{deployment}#{deployment}#"
+        from ray._private import state
+
+        names = sorted(a["Name"] for a in state.actors().values()
+                       if a.get("State") == "ALIVE" and (a.get("Name") or "").startswith(prefix))
+        ids = [n.removeprefix(prefix) for n in names]
+        if not ids:
+            raise NotFound(f"{model} {version} has no running replica")
+        chosen = replica or ids[0]
+        if chosen not in ids:
+            raise NotFound(f"{model} {version} has no replica {chosen!r} (running: "
+                           f"{', '.join(ids)})")
+        handle = ray.get_actor(prefix + chosen, namespace="serve")
+        # __ray_terminate__ exits the actor's process cleanly (exit 0: not a crash to the
+        # eBPF collector); Serve's controller sees the replica gone and replaces it.
+        handle.__ray_terminate__.remote()
+        log.info("restarting %s %s replica %s", model, version, chosen)
+        return chosen
+
     def shed(self, model: str, classes: list[str]) -> None:
         """Refuse these priority classes of MODEL at the ingress (in place; [] lifts it)."""
         with self._lock:

@@ -39,6 +39,10 @@ class VersionBody(BaseModel):
     version: str
 
 
+class RestartBody(BaseModel):
+    replica: str | None = Field(None, max_length=64, description="Default: the first.")
+
+
 class ShedBody(BaseModel):
     classes: list[str] = Field(max_length=4, description="Priority classes; [] lifts it.")
 
@@ -108,6 +112,12 @@ def create_control_app(control: ServeControl, token: str) -> FastAPI:
         await run_in_threadpool(control.scale, model, version, body.min_replicas,
                                 body.max_replicas)
         return _model_status(control, model)
+
+    @app.post("/v1/models/{model}/versions/{version}/restart")
+    async def restart(model: str, version: str, body: RestartBody) -> dict[str, Any]:
+        replica = await run_in_threadpool(control.restart_replica, model, version,
+                                          body.replica)
+        return {"model": model, "version": version, "restarted": replica}
 
     @app.put("/v1/models/{model}/shed")
     async def shed(model: str, body: ShedBody) -> dict[str, Any]:

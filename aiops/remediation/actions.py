@@ -33,6 +33,8 @@ class ControlPlane(Protocol):
     def set_traffic(self, model: str, weights: dict[str, int]) -> dict[str, Any]: ...
     def canary(self, model: str, version: str, percent: int) -> dict[str, Any]: ...
     def shed(self, model: str, classes: list[str]) -> dict[str, Any]: ...
+    def restart_replica(self, model: str, version: str, replica: str | None = None
+                        ) -> dict[str, Any]: ...
     def promote(self, model: str, version: str) -> dict[str, Any]: ...
     def scale(self, model: str, version: str, min_replicas: int, max_replicas: int
               ) -> dict[str, Any]: ...
@@ -62,6 +64,8 @@ class Action:
                 ActionKind.SHIFT_TRAFFIC: f"shift {self.model} traffic to "
                                           f"{self.params.get('weights')}",
                 ActionKind.PROMOTE: f"promote {self.model} {self.version}",
+                ActionKind.RESTART_REPLICA: f"restart {self.model} {self.version} replica "
+                                            f"{self.params.get('replica') or '(any)'}",
                 ActionKind.SHED_LOAD: f"shed {'/'.join(self.params.get('classes', []))} "
                                       f"load of {self.model}"}
         return what.get(self.kind, f"{self.kind} {self.model}")
@@ -85,6 +89,8 @@ def execute(control: ControlPlane, action: Action) -> dict[str, Any]:
     if action.kind is ActionKind.SCALE and action.version:
         return control.scale(action.model, action.version, int(p["min_replicas"]),
                              int(p["max_replicas"]))
+    if action.kind is ActionKind.RESTART_REPLICA and action.version:
+        return control.restart_replica(action.model, action.version, p.get("replica"))
     if action.kind is ActionKind.SHED_LOAD:
         return control.shed(action.model, list(p.get("classes", ["batch"])))
     raise NotSupported(f"{action.kind} is not supported by the control plane yet")

@@ -32,6 +32,7 @@ __all__ = ["Remediator", "plan"]
 log = logging.getLogger(__name__)
 
 SCALABLE = ("latency", "cpu")
+RESTARTABLE = ("memory",)
 SCALE_CEILING = 4  # replicas the planner scales to before it sheds batch load instead
 
 
@@ -54,6 +55,11 @@ def plan(incident: Incident, status: dict[str, Any], now_ns: int) -> Action | No
                                                                         cause.entity.version)):
         action = new_action(incident.incident_id, ActionKind.ROLLBACK, cause.entity.service,
                             cause.entity.version, now_ns, to=model.get("stable"))
+    elif str(cause.fault_class) in RESTARTABLE and cause.entity.replica:
+        # One replica leaking or wedged, the others fine: a fresh process is the remedy.
+        action = new_action(incident.incident_id, ActionKind.RESTART_REPLICA,
+                            cause.entity.service, cause.entity.version, now_ns,
+                            replica=cause.entity.replica)
     elif str(cause.fault_class) in SCALABLE:
         bounds = mine.get("autoscaling") or {"min_replicas": 1, "max_replicas": 1}
         if bounds["min_replicas"] >= SCALE_CEILING:

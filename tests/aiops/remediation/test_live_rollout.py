@@ -20,6 +20,7 @@ from aiops.client import ServerClient
 from aiops.config import Settings
 from aiops.lifecycle import LifecycleClient, admin_token
 from aiops.remediation.actions import ActionKind, execute, new_action
+from collectors.ebpf.attribution import REPLICAS_FILE
 from serve.specs import load_specs
 from tests.conftest import running_stack
 
@@ -149,3 +150,23 @@ def test_shedding_refuses_batch_requests_until_lifted(stack: Settings) -> None:
         finally:
             control.shed("echo", [])
     assert ask("batch").status_code == 200
+
+
+def test_a_replica_restart_replaces_it_while_requests_are_served(stack: Settings) -> None:
+    with LifecycleClient.from_settings(stack) as control:
+        stable = control.status()["models"]["echo"]["stable"]
+        action = new_action(None, ActionKind.RESTART_REPLICA, "echo", stable,
+                            time.time_ns())
+        old = execute(control, action)["restarted"]
+    replicas = stack.data_dir / REPLICAS_FILE
+    deadline = time.monotonic() + 90
+    fresh: list[str] = []
+    while time.monotonic() < deadline and not fresh:
+        time.sleep(1)
+        rows = json.loads(replicas.read_text()) if replicas.exists() else []
+        fresh = [r["replica"] for r in rows
+                 if r["model"] == "echo" and r["version"] == stable and r["replica"] != old]
+    assert fresh, f"no new replica of echo {stable} replaced {old}"
+    r = httpx.post(f"{stack.serve_url}/v1/chat/completions", timeout=30, json={
+        "model": "echo", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200
