@@ -137,6 +137,16 @@ class Agent:
         inv = investigate(self.box, intent)
         if intent.kind is IntentKind.HELP:
             narrative = Narrative(text=HELP, source="template")
+        elif intent.kind is IntentKind.DECIDE_ACTION:
+            p = inv.proposal
+            verdict = "approve" if intent.approve else "deny"
+            if p is None or not p.ok:
+                why = p.error if p is not None else "no decision was made"
+                text = f"Could not {verdict} {intent.action_id}: {why}"
+            else:
+                text = (f"{intent.action_id} ({p.data.get('description')}): "
+                        f"{p.data.get('status')}.")
+            narrative = Narrative(text=text, source="template")
         elif self.mode == "tools" and self.llm is not None:
             narrative = self._function_calling(question, inv)
         elif self.llm is not None:
@@ -235,6 +245,8 @@ def render_markdown(a: Answer) -> str:
     if a.proposal is not None:
         p = a.proposal
         detail = p.data.get("description") if isinstance(p.data, dict) else None
-        lines.append(f"Proposed: {detail or p.params.get('kind')} -> {p.status}"
-                     + (f" ({p.error})" if p.error else ""))
+        verb = "Decided" if p.tool == "decide_action" else "Proposed"
+        state = p.data.get("status") if isinstance(p.data, dict) else None
+        lines.append(f"{verb}: {detail or p.params.get('kind') or p.params.get('action_id')}"
+                     f" -> {state or p.status}" + (f" ({p.error})" if p.error else ""))
     return "\n".join(lines)

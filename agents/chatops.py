@@ -49,24 +49,35 @@ class ChatRequest(BaseModel):
     user: str = Field("api", min_length=1, max_length=64, pattern=r"^[\w.@-]+$")
 
 
-class _Acting:
-    """The remediator as the agent's proposer, with the analyzer's incident tracker."""
+Decide = Callable[[str, bool, str, int], dict[str, Any]]
 
-    def __init__(self, propose: Callable[[Action, str, int], dict[str, Any]]) -> None:
-        self._propose = propose
+
+class _Acting:
+    """The remediator as the agent's proposer and approver, with the analyzer's tracker."""
+
+    def __init__(self, propose: Callable[[Action, str, int], dict[str, Any]],
+                 decide: Decide | None) -> None:
+        self._propose, self._decide = propose, decide
 
     def propose(self, action: Action, actor: str, now_ns: int) -> dict[str, Any]:
         return self._propose(action, actor, now_ns)
+
+    def decide(self, action_id: str, approve: bool, actor: str, now_ns: int
+               ) -> dict[str, Any]:
+        if self._decide is None:
+            raise ValueError("approvals are not available here")
+        return self._decide(action_id, approve, actor, now_ns)
 
 
 class AgentService:
     """Builds an agent per question (its toolbox names the asker) and bounds concurrency."""
 
     def __init__(self, settings: Settings, store: Store,
-                 propose: Callable[[Action, str, int], dict[str, Any]] | None = None) -> None:
+                 propose: Callable[[Action, str, int], dict[str, Any]] | None = None,
+                 decide: Decide | None = None) -> None:
         self.settings = settings
         self.store = store
-        self.proposer: Proposer | None = _Acting(propose) if propose else None
+        self.proposer: Proposer | None = _Acting(propose, decide) if propose else None
         self._slots = threading.BoundedSemaphore(settings.agent_max_concurrent)
         self._llm: LLM | None = None
 

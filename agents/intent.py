@@ -25,6 +25,7 @@ class IntentKind(StrEnum):
     LIST_INCIDENTS = "list_incidents"
     DESCRIBE_INCIDENT = "describe_incident"
     PROPOSE_ACTION = "propose_action"
+    DECIDE_ACTION = "decide_action"  # approve or deny a pending action
     HELP = "help"
 
 
@@ -34,11 +35,14 @@ class Intent(BaseModel):
     version: str | None = None
     incident_id: str | None = None
     minutes: float = Field(DEFAULT_MINUTES, gt=0, le=7 * 24 * 60)
-    action: str | None = None  # rollback, scale, promote (for propose_action)
+    action: str | None = None  # rollback, scale, promote, shed_load (for propose_action)
+    action_id: str | None = None  # for decide_action
+    approve: bool | None = None
     source: str = "rules"  # rules or llm
 
 
 _INCIDENT_ID = re.compile(r"\binc-[0-9a-f]{6,32}\b")
+_DECIDE = re.compile(r"^\s*(approve|deny|reject)\s+(act-[0-9a-f]{6,32})\b", re.I)
 _VERSION = re.compile(r"\b(v\d+(?:\.\d+)*)\b")
 _WINDOW = re.compile(
     r"\b(?:last|past|previous)\s+(?:(\d+(?:\.\d+)?)\s*)?"
@@ -98,6 +102,10 @@ def parse_rules(question: str, models: list[str]) -> Intent | None:
     common: dict[str, Any] = {"model": model, "minutes": minutes,
                               "version": version.group(1) if version else None,
                               "incident_id": incident.group(0) if incident else None}
+    decide = _DECIDE.search(question)
+    if decide:
+        return Intent(kind=IntentKind.DECIDE_ACTION, action_id=decide.group(2),
+                      approve=decide.group(1).lower() == "approve", **common)
     imperative = _IMPERATIVE.search(question)
     if imperative:
         said = imperative.group(1).lower().replace("  ", " ")

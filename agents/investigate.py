@@ -76,6 +76,10 @@ def investigate(box: Toolbox, intent: Intent) -> Investigation:
     inv = Investigation(intent=intent)
     if intent.kind is IntentKind.HELP:
         return inv
+    if intent.kind is IntentKind.DECIDE_ACTION and intent.action_id:
+        inv.proposal = _call(inv, box, "decide_action", action_id=intent.action_id,
+                             approve=bool(intent.approve))
+        return inv
     if intent.kind is IntentKind.DESCRIBE_INCIDENT and intent.incident_id:
         _incident(inv, box, intent.incident_id)
         return inv

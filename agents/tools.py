@@ -55,6 +55,8 @@ class Proposer(Protocol):
     """What ``propose_action`` needs: the remediator's ``propose``."""
 
     def propose(self, action: Action, actor: str, now_ns: int) -> dict[str, Any]: ...
+    def decide(self, action_id: str, approve: bool, actor: str, now_ns: int
+               ) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -98,6 +100,7 @@ class Toolbox:
             "log_lookup": self.log_lookup,
             "trace_lookup": self.trace_lookup,
             "propose_action": self.propose_action,
+            "decide_action": self.decide_action,
         }
 
     @property
@@ -296,6 +299,21 @@ class Toolbox:
             r["attributes"] = _text(r["attributes"])
         return rows
 
+    def decide_action(self, action_id: str, approve: bool) -> ToolResult:
+        """Approve or deny a pending action (one the policy left for a person)."""
+        params = {"action_id": action_id, "approve": approve}
+        if self.proposer is None:
+            return self._fail("decide_action", params,
+                              "approving is not available here (no remediation policy)")
+        if not re.fullmatch(r"act-[0-9a-f]{6,32}", action_id):
+            return self._fail("decide_action", params, "not an action id (act-...)")
+        try:
+            decided = self.proposer.decide(action_id, approve, self.actor, self.now())
+        except (KeyError, ValueError, AIOpsError) as exc:
+            return self._fail("decide_action", params, _decide_error(exc))
+        return ToolResult(tool="decide_action", status=ToolStatus.OK, params=params,
+                          data=decided)
+
     def propose_action(self, kind: str, model: str, version: str | None = None,
                        reason: str = "", incident_id: str | None = None,
                        min_replicas: int | None = None, max_replicas: int | None = None
@@ -339,6 +357,12 @@ class Toolbox:
                  ToolStatus.ERROR: "the action failed (see the actions list)"}.get(status)
         return ToolResult(tool="propose_action", status=status, params=params, data=decided,
                           error=error)
+
+
+def _decide_error(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"no action {exc.args[0]!r}"
+    return str(exc)
 
 
 def _cell(v: Any) -> Any:

@@ -106,8 +106,11 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
     analyzer = _analyzer(settings, store, remediator) if settings.analytics else None
 
     tracker = analyzer.tracker if analyzer is not None else None
-    agents = AgentService(settings, store, lambda action, actor, now_ns: remediator.propose(
-        action, actor, now_ns, tracker))
+    agents = AgentService(
+        settings, store,
+        lambda action, actor, now_ns: remediator.propose(action, actor, now_ns, tracker),
+        lambda action_id, approve, actor, now_ns: remediator.decide_pending(
+            action_id, approve, actor, now_ns, tracker))
 
     def is_admin(request: Request) -> bool:
         given = request.headers.get("authorization", "")

@@ -50,3 +50,10 @@ def test_an_unrecognised_question_is_left_to_the_constrained_llm() -> None:
 def test_shedding_load_is_an_action_too() -> None:
     i = _read("shed batch load on echo")
     assert (i.kind, i.action, i.model) == (IntentKind.PROPOSE_ACTION, "shed_load", "echo")
+
+
+def test_approving_or_denying_names_the_action() -> None:
+    i = _read("approve act-0123456789ab")
+    assert (i.kind, i.action_id, i.approve) == (IntentKind.DECIDE_ACTION, "act-0123456789ab",
+                                                True)
+    assert _read("deny act-0123456789ab please").approve is False

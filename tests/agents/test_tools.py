@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,3 +94,33 @@ def test_only_known_action_kinds_can_be_proposed(store: Store, tmp_path: Path) -
                                               model="echo").error or "")
     assert "scale needs" in (box.call("propose_action", kind="scale", model="echo").error or "")
     assert store.count("actions") == 0
+
+
+def test_a_pending_action_is_decided_through_the_agent(store: Store, tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path / "data")
+    remediator = _remediator(store, settings, "approve")
+    box = Toolbox(store, _Both(remediator), now=lambda: T0, actor="slack:bob")
+    pending = box.call("propose_action", kind="rollback", model="echo", version="v2")
+    assert pending.status is ToolStatus.APPROVAL_REQUIRED
+    denied = box.call("decide_action", action_id=pending.data["action_id"], approve=False)
+    assert denied.ok and denied.data["status"] == "denied"
+    again = box.call("decide_action", action_id=pending.data["action_id"], approve=True)
+    assert again.status is ToolStatus.ERROR and "not pending" in (again.error or "")
+    assert "no action" in (box.call("decide_action", action_id="act-0123456789ab",
+                                    approve=True).error or "")
+    actors = [a for (a,) in store.query("SELECT actor FROM ledger ORDER BY seq").rows]
+    assert actors[-1] == "slack:bob"
+
+
+class _Both:
+    """The remediator's propose and decide_pending, as the server wires them."""
+
+    def __init__(self, remediator: Remediator) -> None:
+        self.r = remediator
+
+    def propose(self, action: Any, actor: str, now_ns: int) -> dict[str, Any]:
+        return self.r.propose(action, actor, now_ns)
+
+    def decide(self, action_id: str, approve: bool, actor: str, now_ns: int
+               ) -> dict[str, Any]:
+        return self.r.decide_pending(action_id, approve, actor, now_ns)
