@@ -112,8 +112,8 @@ def investigate(box: Toolbox, intent: Intent) -> Investigation:
 
 def _episode(incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The incidents that matter most, oldest first: those of one component, version and
-    fault class, preferring a model over the ingress (usually a symptom), an active episode
-    over a resolved one, a page over a ticket, then the most recent."""
+    fault class, preferring a model over the ingress (usually a symptom), a page over a
+    ticket, an active episode over a resolved one, then the most recent."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for i in incidents:
         groups[(i["service"], str(i["model_version"]), str(i["fault_class"]))].append(i)
@@ -122,8 +122,8 @@ def _episode(incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     def rank(key: tuple[str, str, str]) -> tuple[bool, bool, bool, str]:
         items = groups[key]
-        return (key[0] != INGRESS, any(i["status"] != "resolved" for i in items),
-                any(i["severity"] == "page" for i in items), max(i["opened"] for i in items))
+        return (key[0] != INGRESS, any(i["severity"] == "page" for i in items),
+                any(i["status"] != "resolved" for i in items), max(i["opened"] for i in items))
 
     return sorted(groups[max(groups, key=rank)], key=lambda i: i["opened"])
 

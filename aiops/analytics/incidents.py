@@ -29,6 +29,8 @@ from aiops.schema import INCIDENTS
 __all__ = ["Incident", "IncidentTracker", "RankedCause", "Status", "rank_causes", "to_table"]
 
 CAUSE_CLASSES = (FaultClass.CRASH, FaultClass.MEMORY, FaultClass.CPU, FaultClass.NETWORK)
+CAUSE_DEPTH = {FaultClass.MEMORY: 4, FaultClass.CRASH: 3, FaultClass.CPU: 2,
+               FaultClass.NETWORK: 1}
 CALLER_DISCOUNT = 0.5
 INGRESS = "ingress"
 
@@ -80,8 +82,10 @@ def rank_causes(findings: list[Finding]) -> list[RankedCause]:
                 # The caller's symptoms are explained by its callee's cause: it ranks below.
                 score = min(score, 0.99 * explained)
         kernel = [f for f in fs if f.fault_class in CAUSE_CLASSES]
-        # An OOM kill also shows as the process's exit: on a tie the memory cause leads.
-        lead = max(kernel or fs, key=lambda f: (f.score, f.fault_class is FaultClass.MEMORY))
+        # Among kernel causes the deeper one leads, whatever the scores: an OOM kill also
+        # shows as the process's exit, a crash loop as CPU spikes while it restarts, and a
+        # CPU-starved process drops packets (retransmits).
+        lead = max(kernel or fs, key=lambda f: (CAUSE_DEPTH.get(f.fault_class, 0), f.score))
         replicas = {f.entity.replica for f in kernel if f.entity.replica}
         named = Entity(entity.service, entity.version,
                        next(iter(replicas)) if len(replicas) == 1 else None)
