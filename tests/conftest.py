@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -11,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
 from aiops.bench.common import free_port
@@ -20,6 +17,7 @@ from aiops.config import Settings, load_settings
 from aiops.server.app import create_app
 from aiops.stack import read_state, session_members, settings_env
 from aiops.store import Store
+from tests.loopback import serving
 
 
 @pytest.fixture
@@ -46,20 +44,11 @@ class RunningServer:
 def server(settings: Settings) -> Iterator[RunningServer]:
     """The aiops server app in a real uvicorn on a loopback port, in a thread."""
     store = Store(settings.db_path)
-    config = uvicorn.Config(create_app(settings, store), host="127.0.0.1",
-                            port=settings.server_port, log_level="warning", access_log=False)
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    yield RunningServer(settings.server_url, store, settings)
-    srv.should_exit = True
-    thread.join(timeout=20)
-    store.close()
+    try:
+        with serving(create_app(settings, store), settings.server_port):
+            yield RunningServer(settings.server_url, store, settings)
+    finally:
+        store.close()
 
 
 TEST_MODELS = Path(__file__).with_name("models-test.yaml")

@@ -17,10 +17,10 @@ from aiops.lifecycle import LifecycleClient
 from aiops.remediation.policy import DEMO_POLICY, load_policy
 from aiops.remediation.remediator import Remediator
 from aiops.store import Store
-from tests.agents.loopback import serving
 from tests.agents.openai_script import scripted_app
 from tests.agents.scenario import INJECTION, slow_canary
 from tests.aiops.analytics.telemetry import NS, T0, traffic
+from tests.loopback import serving
 
 
 def test_what_happened_cites_the_incident_and_a_trace(store: Store) -> None:

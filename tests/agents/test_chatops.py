@@ -21,9 +21,9 @@ from aiops.bench.common import free_port
 from aiops.config import Settings, load_settings
 from aiops.remediation.policy import DEMO_POLICY
 from aiops.store import Store
-from tests.agents.loopback import serving
 from tests.agents.scenario import slow_canary
 from tests.conftest import RunningServer
+from tests.loopback import serving
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TOKEN = "admin-t0ken"

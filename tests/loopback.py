@@ -14,8 +14,9 @@ from aiops.bench.common import free_port
 
 
 @contextmanager
-def serving(app: FastAPI) -> Iterator[str]:
-    port = free_port()
+def serving(app: FastAPI, port: int | None = None) -> Iterator[str]:
+    """The app's base URL while it runs (on ``port``, else a free one)."""
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -29,4 +30,4 @@ def serving(app: FastAPI) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        thread.join(timeout=10)
+        thread.join(timeout=20)
