@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from agents.intent import Intent, IntentKind, intent_schema, parse_rules
-from agents.investigate import EvidenceItem, Facts, Investigation, investigate
+from agents.investigate import Findings, Investigation, investigate
 from agents.narrate import SYSTEM_PROMPT, Narrative, llm_narrative, template_narrative
 from agents.tools import Toolbox, ToolResult, ToolStatus
 from aiops.errors import AIOpsError
@@ -48,16 +48,8 @@ class Step(BaseModel):
     error: str | None = None
 
 
-class Answer(BaseModel):
+class Answer(Findings):
     question: str
-    intent: Intent
-    facts: Facts | None
-    incidents: list[dict[str, Any]] = Field(default_factory=list)
-    evidence: list[EvidenceItem] = Field(default_factory=list)
-    slis: list[dict[str, Any]] = Field(default_factory=list)
-    logs: list[dict[str, Any]] = Field(default_factory=list)
-    actions: list[dict[str, Any]] = Field(default_factory=list)
-    proposal: ToolResult | None = None
     narrative: Narrative
     steps: list[Step] = Field(default_factory=list)
     mode: Mode
@@ -153,10 +145,9 @@ class Agent:
             narrative = llm_narrative(self.llm, inv, question, versions, models)
         else:
             narrative = template_narrative(inv)
+        found = {name: value for name, value in inv if name in Findings.model_fields}
         answer = Answer(
-            question=question, intent=intent, facts=inv.facts, incidents=inv.incidents,
-            evidence=inv.evidence, slis=inv.slis, logs=inv.logs, actions=inv.actions,
-            proposal=inv.proposal, narrative=narrative, mode=self.mode,
+            **found, question=question, narrative=narrative, mode=self.mode,
             steps=[Step(tool=s.tool, status=str(s.status), params=s.params, error=s.error)
                    for s in inv.steps])
         answer.text = render_markdown(answer)

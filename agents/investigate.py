@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from agents.intent import Intent, IntentKind
 from agents.tools import Toolbox, ToolResult
 
-__all__ = ["EvidenceItem", "Facts", "Investigation", "investigate"]
+__all__ = ["EvidenceItem", "Facts", "Findings", "Investigation", "investigate"]
 
 INGRESS = "ingress"
 
@@ -43,7 +43,9 @@ class Facts(BaseModel):
     recurrences: int = 1  # incidents of the same fault on it in the window
 
 
-class Investigation(BaseModel):
+class Findings(BaseModel):
+    """What an investigation established; the answer carries the same."""
+
     intent: Intent
     facts: Facts | None = None
     incidents: list[dict[str, Any]] = Field(default_factory=list)
@@ -52,6 +54,9 @@ class Investigation(BaseModel):
     logs: list[dict[str, Any]] = Field(default_factory=list)
     actions: list[dict[str, Any]] = Field(default_factory=list)
     proposal: ToolResult | None = None
+
+
+class Investigation(Findings):
     steps: list[ToolResult] = Field(default_factory=list)
 
     def add(self, kind: str, id: str, text: str) -> EvidenceItem:

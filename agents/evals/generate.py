@@ -776,6 +776,16 @@ def injected_refusals(w: World, model: Model, dep: Deployment, n: int = 4) -> No
         t += int(w.rng.uniform(45, 90) * NS)
 
 
+def with_background(w: World, model: Model, second: tuple[Model, float] | None
+                    ) -> list[Model]:
+    """The case's models: ``model``, and the healthy ``second`` (model, rps) served beside
+    it when there is one."""
+    if second is None:
+        return [model]
+    background(w, second[0], second[1])
+    return [model, second[0]]
+
+
 def background(w: World, model: Model, rps: float, version: str = "v1") -> Deployment:
     """A second, healthy model served beside the one in trouble."""
     dep = w.deployments.get((model.name, version)) or w.deploy(model, version)
@@ -823,10 +833,7 @@ def canary_latency(name: str, now: str, model: Model, stable: str, canary: str, 
         faults += [recorded_prompts(v1, INJECTIONS, 0.0), recorded_prompts(v2, INJECTIONS, 0.3)]
         injected_refusals(w, model, v1)
     w.traffic([v1, v2], rps, switch(onset, [1.0, 0.0], [1 - weight, weight]), faults)
-    models = [model]
-    if second:
-        background(w, second[0], second[1])
-        models.append(second[0])
+    models = with_background(w, model, second)
     early_noise(w, model)
     deployed(w, onset, [(model, canary)], 6.4)
     w.log(onset + 2 * NS, f"traffic for {model.name}: {stable} {100 - weight * 100:.0f}%, "
@@ -861,10 +868,7 @@ def error_burst(name: str, now: str, model: Model, versions: Sequence[str], bad:
         faults += [recorded_prompts(d, INJECTIONS, 0.25, onset - 60 * NS) for d in deps]
         injected_refusals(w, model, deps[0])
     w.traffic(deps, rps, weights if len(deps) > 1 else None, faults)
-    models = [model]
-    if second:
-        background(w, second[0], second[1])
-        models.append(second[0])
+    models = with_background(w, model, second)
     early_noise(w, model)
     text = (f"From the onset {share:.0%} of the requests {model.name} {bad} serves fail "
             f"(HTTP 500, 'inference failed: {message.format(n=2310)}' in its logs)")
@@ -894,10 +898,7 @@ def crash_loop(name: str, now: str, model: Model, version: str, replicas: int,
         victim = w.restart(dep, victim, t, downtime_s)
         t = victim.up_ns + int(period_s * w.rng.uniform(0.85, 1.15) * NS)
     w.traffic([dep], rps, faults=[lost_in_crash(dep, crashes)])
-    models = [model]
-    if second:
-        background(w, second[0], second[1])
-        models.append(second[0])
+    models = with_background(w, model, second)
     w.ebpf(healthy_runq())
     for replica, at in crashes:
         w.exit(dep, replica, at)
@@ -928,10 +929,7 @@ def cpu_contention(name: str, now: str, model: Model, version: str, replicas: in
     hot = dep.replicas[-1]
     onset = w.at(onset_s)
     w.traffic([dep], rps, faults=[slower(dep, factor, onset, hot)])
-    models = [model]
-    if second:
-        background(w, second[0], second[1])
-        models.append(second[0])
+    models = with_background(w, model, second)
     base = healthy_runq()
 
     def contended(t: int) -> float:
@@ -975,10 +973,7 @@ def memory_oom(name: str, now: str, model: Model, version: str, replicas: int, l
     first_up = dep.replicas[0].up_ns
     w.traffic(deps, rps, switch(first_up, [1.0, 0.0], [0.8, 0.2]) if stable else None,
               faults=[*growth, lost_in_crash(dep, crashes)])
-    models = [model]
-    if second:
-        background(w, second[0], second[1])
-        models.append(second[0])
+    models = with_background(w, model, second)
     w.ebpf(healthy_runq())
     for replica, at in crashes:
         w.exit(dep, replica, at, oom=True)
@@ -1022,10 +1017,7 @@ def queue_saturation(name: str, now: str, model: Model, versions: Sequence[str],
     # The onset users see: the first request after the load rise that queued for long.
     waited = max(0.25 * model.p95_ms, 200.0)
     queued = min(r.t for r in reqs if r.t >= onset and r.queue_ms > waited)
-    models = [model]
-    if second:
-        background(w, second[0], second[1])
-        models.append(second[0])
+    models = with_background(w, model, second)
     early_noise(w, model, 2)
     _queue_gauges(w, [d for d in deps])
     refused = sum(1 for r in w.requests if r.status == 429)
@@ -1063,10 +1055,7 @@ def invalid_input(name: str, now: str, model: Model, version: str, onset_s: floa
     w = World(name, now, history_s)
     dep = w.deploy(model, version)
     w.traffic([dep], rps)
-    models = [model]
-    if second:
-        background(w, second[0], second[1])
-        models.append(second[0])
+    models = with_background(w, model, second)
     onset = w.at(onset_s)
     t = onset
     while True:
@@ -1111,10 +1100,7 @@ def slow_tokens(name: str, now: str, model: Model, versions: Sequence[str], bad:
         w.log(onset, f"applied user_config to {target.name}: faults.slow_tokens_ms 0 -> "
               f"{19 * (factor - 1):.0f}", attributes={"gen_ai.request.model": model.name,
                                                       "aiops.model.version": bad})
-    models = [model]
-    if second:
-        background(w, second[0], second[1])
-        models.append(second[0])
+    models = with_background(w, model, second)
     early_noise(w, model, 2)
     text = (f"Streamed chat on {model.name} {bad} decodes ~{factor:g}x slower per token from "
             f"the onset (gen_ai.server.time_per_output_token); time to first token is "
@@ -1139,10 +1125,7 @@ def bad_config(name: str, now: str, model: Model, version: str, onset_s: float, 
     else:
         faults = [slower(dep, factor, onset, fresh)]
     w.traffic([dep], rps, faults=faults)
-    models = [model]
-    if second:
-        background(w, second[0], second[1])
-        models.append(second[0])
+    models = with_background(w, model, second)
     w.log(onset - 9 * NS, f"applying config to {dep.name}: {change}",
           attributes={"gen_ai.request.model": model.name, "aiops.model.version": version})
     deployed(w, onset, [(model, version)], 8.7)
@@ -1164,10 +1147,7 @@ def network(name: str, now: str, model: Model, version: str, replicas: int, onse
     bad = dep.replicas[0]
     onset = w.at(onset_s)
     w.traffic([dep], rps, faults=[wire_delay(dep, bad, onset, rto_ms, share)])
-    models = [model]
-    if second:
-        background(w, second[0], second[1])
-        models.append(second[0])
+    models = with_background(w, model, second)
     w.ebpf(healthy_runq())
     port = 40000 + w.rng.randint(100, 999)
     t = onset + int(w.rng.uniform(0.5, 3) * NS)
