@@ -42,7 +42,7 @@ def ask(
     except StackError:
         token = None  # not the stack's operator: may ask, not act
     try:
-        with ServerClient(settings.server_url) as client:
+        with ServerClient.of(settings) as client:
             answer = client.ask(question, user, token)
     except AIOpsError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")

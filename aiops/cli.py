@@ -72,6 +72,7 @@ def server(ctx: typer.Context) -> None:
     from aiops.logs import configure_json_logging
     from aiops.server.app import create_app
     from aiops.store import Store
+    from aiops.tls import server_ssl_options
 
     settings = _settings(ctx)
     configure_json_logging(settings.log_level)
@@ -82,7 +83,7 @@ def server(ctx: typer.Context) -> None:
     try:
         uvicorn.run(create_app(settings, store), host=settings.server_host,
                     port=settings.server_port, log_level=settings.log_level.lower(),
-                    access_log=False, log_config=None)
+                    access_log=False, log_config=None, **server_ssl_options(settings))
     finally:
         store.close()
 
@@ -139,7 +140,7 @@ def sql(
     from aiops.client import ServerClient
 
     try:
-        with ServerClient(_settings(ctx).server_url) as client:
+        with ServerClient.of(_settings(ctx)) as client:
             result = client.sql(query, limit=limit)
     except AIOpsError as exc:
         raise _fail(exc) from exc
@@ -171,7 +172,7 @@ def incidents(
     from aiops.client import ServerClient
 
     try:
-        with ServerClient(_settings(ctx).server_url) as client:
+        with ServerClient.of(_settings(ctx)) as client:
             rows = client.incidents(None if status == "all" else status)
     except AIOpsError as exc:
         raise _fail(exc) from exc
@@ -191,7 +192,7 @@ def incident_show(ctx: typer.Context, incident_id: str,
     from aiops.client import ServerClient
 
     try:
-        with ServerClient(_settings(ctx).server_url) as client:
+        with ServerClient.of(_settings(ctx)) as client:
             inc = client.incident(incident_id)
     except AIOpsError as exc:
         raise _fail(exc) from exc
@@ -226,7 +227,7 @@ def actions(
     from aiops.client import ServerClient
 
     try:
-        with ServerClient(_settings(ctx).server_url) as client:
+        with ServerClient.of(_settings(ctx)) as client:
             rows = client.actions(status)
     except AIOpsError as exc:
         raise _fail(exc) from exc
@@ -243,7 +244,7 @@ def _decide(ctx: typer.Context, action_id: str, approve: bool, user: str) -> Non
 
     settings = _settings(ctx)
     try:
-        with ServerClient(settings.server_url) as client:
+        with ServerClient.of(settings) as client:
             result = client.decide(action_id, approve, admin_token(settings), user)
     except AIOpsError as exc:
         raise _fail(exc) from exc
@@ -639,7 +640,7 @@ def models_rollout(
     except ValueError as exc:
         raise _fail(AIOpsError(f"--steps looks like 5,25,50,100, got {steps!r}"), 2) from exc
     try:
-        with ServerClient(settings.server_url) as client:
+        with ServerClient.of(settings) as client:
             state = client.rollout(model, version, admin_token(settings), parsed, step_s)
             console.print(f"{state['rollout_id']}: {model} {version} vs {state['stable']}, "
                           f"steps {state['steps']}")
@@ -780,9 +781,11 @@ def ledger_verify(
         else:
             import httpx
 
+            from aiops.tls import client_verify
+
             try:
                 resp = httpx.get(f"{settings.server_url}/api/v1/ledger/{table}/verify",
-                                 timeout=300)
+                                 timeout=300, verify=client_verify(settings))
             except httpx.HTTPError as exc:
                 raise AIOpsError(f"cannot reach the aiops server ({exc}); "
                                  "use --offline when it is stopped") from exc

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
 
+from aiops.config import Settings
 from aiops.errors import AIOpsError, StackError
+from aiops.tls import client_verify
 
 __all__ = ["QueryFailed", "ServerClient", "error_message"]
 
@@ -28,8 +31,14 @@ class QueryFailed(AIOpsError):
 
 class ServerClient:
     def __init__(self, base_url: str, transport: httpx.BaseTransport | None = None,
-                 timeout_s: float = 30.0) -> None:
-        self._http = httpx.Client(base_url=base_url, transport=transport, timeout=timeout_s)
+                 timeout_s: float = 30.0, verify: ssl.SSLContext | bool = True) -> None:
+        self._http = httpx.Client(base_url=base_url, transport=transport, timeout=timeout_s,
+                                  verify=verify)
+
+    @classmethod
+    def of(cls, settings: Settings, timeout_s: float = 30.0) -> ServerClient:
+        """A client of the server these settings describe (its URL and TLS trust)."""
+        return cls(settings.server_url, timeout_s=timeout_s, verify=client_verify(settings))
 
     def sql(self, query: str, params: list[Any] | None = None,
             limit: int | None = None) -> dict[str, Any]:

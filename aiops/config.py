@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -48,6 +48,15 @@ class Settings(BaseSettings):
     server_port: int = Field(
         4318, ge=1, le=65535, description="Port of the aiops server (OTLP/HTTP's standard port)."
     )
+    server_tls_cert: Path | None = Field(
+        None, description="PEM certificate (chain) of the aiops server; set with "
+        "`server_tls_key`, the server speaks HTTPS only and every aiops client uses https.")
+    server_tls_key: Path | None = Field(
+        None, description="PEM private key of `server_tls_cert`.")
+    server_tls_ca: Path | None = Field(
+        None, description="PEM CA bundle aiops clients (CLI, Serve replicas' OTLP exporters, "
+        "the eBPF collector) verify the server's certificate against; empty: the system's "
+        "trust store.")
     max_body_bytes: int = Field(
         16 * 1024 * 1024,
         ge=1024,
@@ -189,9 +198,25 @@ class Settings(BaseSettings):
     def db_path(self) -> Path:
         return self.data_dir / self.db_file
 
+    @model_validator(mode="after")
+    def _tls_files(self) -> Settings:
+        """TLS needs a certificate and its key together, and every named file readable now,
+        not when the first client connects."""
+        if (self.server_tls_cert is None) != (self.server_tls_key is None):
+            raise ValueError("server_tls_cert and server_tls_key must be set together")
+        if self.server_tls_ca is not None and self.server_tls_cert is None:
+            raise ValueError("server_tls_ca is the CA of the server's certificate: set "
+                             "server_tls_cert and server_tls_key as well")
+        for name in ("server_tls_cert", "server_tls_key", "server_tls_ca"):
+            path: Path | None = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name}: {path} is not a readable file")
+        return self
+
     @property
     def server_url(self) -> str:
-        return f"http://{self.server_host}:{self.server_port}"
+        scheme = "https" if self.server_tls_cert is not None else "http"
+        return f"{scheme}://{self.server_host}:{self.server_port}"
 
     @property
     def serve_url(self) -> str:
@@ -232,6 +257,7 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         where = f"config file {path} / environment" if path else "environment"
         problems = "; ".join(
             f"{ENV_PREFIX}{'.'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            if err["loc"] else str(err["msg"]).removeprefix("Value error, ")
             for err in exc.errors()
         )
         raise ConfigError(f"invalid configuration ({where}): {problems}") from exc

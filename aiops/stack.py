@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ import httpx
 
 from aiops.config import ENV_PREFIX, Settings
 from aiops.errors import StackError
+from aiops.tls import client_verify
 
 # Written by the Serve driver (serve.runner) once its application runs; only the name is shared.
 READY_FILE = "serve.ready"
@@ -106,9 +108,9 @@ def _tail(path: str, lines: int = 20) -> str:
         return "(no log)"
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, verify: ssl.SSLContext | bool = True) -> bool:
     with contextlib.suppress(httpx.HTTPError):
-        return httpx.get(url, timeout=2.0).status_code == 200
+        return httpx.get(url, timeout=2.0, verify=verify).status_code == 200
     return False
 
 
@@ -143,7 +145,8 @@ def up(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> 
         started.append(server)
         _write_state(settings, started)
         url = f"{settings.server_url}/readyz"
-        _wait_ready(server, lambda: _answers(url), url, settings.startup_timeout_s)
+        verify = client_verify(settings)
+        _wait_ready(server, lambda: _answers(url, verify), url, settings.startup_timeout_s)
         progress(f"starting Ray and the Serve application on {settings.serve_url}")
         serve_proc = _spawn("serve", [sys.executable, "-m", "serve.runner"], settings)
         started.append(serve_proc)
@@ -250,7 +253,8 @@ def status(settings: Settings) -> list[dict[str, object]]:
     for c in read_state(settings):
         running = _alive(c.pid)
         if c.name in urls:
-            healthy = running and _answers(urls[c.name])
+            healthy = running and _answers(
+                urls[c.name], client_verify(settings) if c.name == "server" else True)
         else:
             healthy = running and marker.exists()
         rows.append({"component": c.name, "pid": c.pid, "running": running,

@@ -23,7 +23,9 @@ class ServeOptions:
     def from_settings(cls, settings: Settings) -> ServeOptions:
         return cls(
             specs=tuple(load_specs(settings.models_file or DEFAULT_SPECS_FILE)),
-            telemetry=TelemetryConfig(settings.server_url, settings.otlp_export_interval_s),
+            telemetry=TelemetryConfig(
+                settings.server_url, settings.otlp_export_interval_s,
+                certificate_file=str(settings.server_tls_ca) if settings.server_tls_ca else None),
             api_keys=tuple(k.strip() for k in settings.api_keys.split(",") if k.strip()),
             max_request_bytes=settings.max_request_bytes,
         )

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
+import requests
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -65,6 +66,19 @@ class TelemetryConfig:
     export_interval_s: float = 1.0
     provenance: bool = True
     """Emit one provenance record per inference (the server chains them)."""
+    certificate_file: str | None = None
+    """CA bundle to verify an https receiver against; None: the system's trust store."""
+
+
+def _session(certificate_file: str | None) -> requests.Session | None:
+    """The exporters' HTTP session. With a CA file, one that ignores the environment:
+    requests lets ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` override a session's ``verify``
+    (psf/requests#3829), which would silently drop the configured CA."""
+    if certificate_file is None:
+        return None
+    session = requests.Session()
+    session.trust_env = False
+    return session
 
 
 class Telemetry:
@@ -74,19 +88,24 @@ class Telemetry:
         res = Resource.create(dict(resource))
         interval_ms = int(config.export_interval_s * 1000)
         base = config.endpoint.rstrip("/")
+        ca = config.certificate_file
         self.tracer_provider = TracerProvider(resource=res)
         # A larger queue than the default 2048: a burst must not silently drop spans.
         self.tracer_provider.add_span_processor(BatchSpanProcessor(
-            OTLPSpanExporter(endpoint=f"{base}/v1/traces"),
+            OTLPSpanExporter(endpoint=f"{base}/v1/traces", certificate_file=ca,
+                             session=_session(ca)),
             schedule_delay_millis=interval_ms, max_queue_size=65536))
         self.logger_provider = LoggerProvider(resource=res)
         self.logger_provider.add_log_record_processor(BatchLogRecordProcessor(
-            OTLPLogExporter(endpoint=f"{base}/v1/logs"),
+            OTLPLogExporter(endpoint=f"{base}/v1/logs", certificate_file=ca,
+                            session=_session(ca)),
             schedule_delay_millis=interval_ms, max_queue_size=65536))
         # Trace-based exemplars tie histogram points to the request that produced them.
         self.meter_provider = MeterProvider(
             resource=res, exemplar_filter=TraceBasedExemplarFilter(), metric_readers=[
-            PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{base}/v1/metrics"),
+            PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{base}/v1/metrics",
+                                                             certificate_file=ca,
+                                                             session=_session(ca)),
                                           export_interval_millis=interval_ms)])
         self.tracer: Tracer = self.tracer_provider.get_tracer("aiops.serve")
         self.meter: Meter = self.meter_provider.get_meter("aiops.serve")

@@ -11,11 +11,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from aiops.config import Settings, load_settings
 from aiops.stack import settings_env
+from aiops.tls import client_verify
 
 __all__ = ["free_port", "peak_rss_mib", "percentile", "running_server"]
 
@@ -48,11 +50,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 @contextmanager
-def running_server(workdir: Path, cpu: int | None = None) -> Iterator[tuple[Settings, int]]:
+def running_server(workdir: Path, cpu: int | None = None,
+                   **overrides: Any) -> Iterator[tuple[Settings, int]]:
     """``aiops server`` in a subprocess on a free port, with its DuckDB under ``workdir``;
-    pinned to one CPU core when ``cpu`` is given (and the machine has it)."""
-    settings = load_settings(data_dir=workdir / "server", server_port=free_port(),
-                             log_level="WARNING", scrape_targets="")
+    pinned to one CPU core when ``cpu`` is given (and the machine has it); ``overrides`` are
+    further settings."""
+    settings = load_settings(**{"data_dir": workdir / "server", "server_port": free_port(),
+                                "log_level": "WARNING", "scrape_targets": "", **overrides})
     env = {**os.environ, **settings_env(settings)}
     core = cpu if cpu is not None and cpu < (os.cpu_count() or 1) else None
     proc = subprocess.Popen([sys.executable, "-m", "aiops", "server"], env=env,
@@ -63,7 +67,8 @@ def running_server(workdir: Path, cpu: int | None = None) -> Iterator[tuple[Sett
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"{settings.server_url}/readyz").status_code == 200:
+                if httpx.get(f"{settings.server_url}/readyz",
+                             verify=client_verify(settings)).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

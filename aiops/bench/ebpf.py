@@ -166,7 +166,7 @@ def _collector_share(workdir: Path, seconds: float) -> tuple[float, int]:
         requests = _drive(settings, seconds)
         time.sleep(2 * settings.ebpf_interval_s + 1)  # the last drains land
         ended_ns = time.time_ns()
-        with ServerClient(settings.server_url) as client:
+        with ServerClient.of(settings) as client:
             row = client.sql("SELECT sum(value) FROM metric_points WHERE name = "
                              "'aiops.ebpf.collector.cpu_seconds' AND epoch_ns(time) > ?",
                              [started_ns])["rows"][0]

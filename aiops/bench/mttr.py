@@ -142,7 +142,7 @@ def run_mttr(runs: int = 3) -> MttrResult:
             clients = _Clients(settings.serve_url)
             time.sleep(15)  # a baseline of v1
             with LifecycleClient.from_settings(settings) as control, \
-                    ServerClient(settings.server_url) as db:
+                    ServerClient.of(settings) as db:
                 control.apply([{**MODEL, "version": "v1", "traffic": 100},
                                {**MODEL, "version": "v2", "traffic": 0}])
                 seen: set[str] = set()

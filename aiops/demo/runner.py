@@ -301,7 +301,7 @@ def run_demo(settings: Settings, console: Console, scenarios: list[str],
         traffic = Traffic(settings.serve_url, api_key=next(
             (k.strip() for k in settings.api_keys.split(",") if k.strip()), None)).start()
         with _Screen(console, traffic, headless) as screen, \
-                ServerClient(settings.server_url) as db, \
+                ServerClient.of(settings) as db, \
                 LifecycleClient.from_settings(settings) as control:
             screen.phase = "baseline"
             screen.say(f"mixed traffic (chat, streaming chat, embeddings, images); "

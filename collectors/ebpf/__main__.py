@@ -10,6 +10,7 @@ from pathlib import Path
 
 from aiops.config import load_settings
 from aiops.logs import configure_json_logging
+from aiops.tls import client_verify
 from collectors.ebpf.attribution import REPLICAS_FILE
 from collectors.ebpf.collector import READY_FILE, EbpfCollector, preflight
 
@@ -27,7 +28,7 @@ def main() -> int:
     collector = EbpfCollector(settings.server_url, settings.ebpf_interval_s,
                               settings.ebpf_max_entries,
                               Path(settings.data_dir) / REPLICAS_FILE,
-                              settings.ebpf_kernel_source)
+                              settings.ebpf_kernel_source, verify=client_verify(settings))
     if not collector.probes:
         print("aiops ebpf: cannot run: no probe attached: "
               + "; ".join(f"{k}: {v}" for k, v in collector.stats.attach_failures.items()),
