@@ -20,6 +20,11 @@ scored by how far its *own* telemetry moved, in units of its baseline's spread:
   new error appears after a known record.
 * **crash**: calls that used to reach a callee now get no answer span; an entity's share of
   the log records drops to nothing.
+* **mesh edges**: per-edge request latency gauges reported by both ends of a call (Istio's
+  labels: ``reporter`` source|destination, ``source_workload``, ``destination_workload``),
+  for when there are no traces: the caller's view beyond the callee's is network, charged
+  as client-span time is; an edge that is no longer reported while its caller goes on is a
+  call the caller's code stopped making.
 
 Counts are compared as rates (per execution, per preceding event) so load and request mix
 cancel out, and baseline rates are medians over one-minute buckets so a few disturbed
@@ -129,7 +134,7 @@ _WEIGHTS: Mapping[str, float] = {
     "metric:cpu": 1.0, "metric:memory": 1.0, "metric:network": 0.8, "metric:errors": 0.8,
     "metric:latency": 0.2, "metric:other": 0.1,
     "trace:latency": 1.0, "trace:network": 1.0, "trace:structure": 1.0, "log": 1.0,
-    "crash": 1.0,
+    "crash": 1.0, "mesh:network": 0.8, "mesh:calls": 0.8,
 }
 
 
@@ -201,6 +206,8 @@ def rank(db: Store | duckdb.DuckDBPyConnection, anomaly: Window,
         evidence += spans.structure_evidence()
         evidence += spans.crash_evidence()
         edges = spans.call_edges()
+    if entity == "service.name":  # mesh workloads are services, not replicas or versions
+        evidence += _mesh_evidence(reader, scope, cfg)
     evidence += _log_evidence(reader, scope, cfg)
     evidence += _log_silence_evidence(reader, scope, cfg)
     # Spans without the attribute take part (their time and calls count) but are nobody.
@@ -382,6 +389,104 @@ def _metric_evidence(db: _Db, scope: _Scope, cfg: RankConfig) -> list[Evidence]:
         out.append(Evidence(EvidenceKind.METRIC, metric_id, str(ent), _CLASS_OF_FAMILY[family],
                             f"metric:{family}", float(level), float(med), float(z)))
     return out
+
+
+
+# -- mesh edges ------------------------------------------------------------------------------
+
+def _mesh_evidence(db: _Db, scope: _Scope, cfg: RankConfig) -> list[Evidence]:
+    """Evidence from per-edge latency gauges that both ends of a call report (see the module
+    docstring); one point per edge, reporter and minute."""
+    rows = db.rows(f"""
+        WITH p AS (
+            SELECT name, attributes->>'source_workload' AS src,
+                   attributes->>'destination_workload' AS dst,
+                   attributes->>'reporter' AS reporter,
+                   value * CASE WHEN unit = 's' THEN 1000 ELSE 1 END AS ms,
+                   {scope.phase('time')} AS phase, epoch_ns(time) // {_MINUTE_NS} AS minute
+            FROM metric_points
+            WHERE {scope.bounds('time')} AND type = 'gauge'
+              AND attributes->>'reporter' IN ('source', 'destination')
+        )
+        SELECT any_value(name), src, dst, phase, minute,
+               max(ms) FILTER (WHERE reporter = 'source'),
+               max(ms) FILTER (WHERE reporter = 'destination')
+        FROM p WHERE phase IS NOT NULL AND src IS NOT NULL AND dst IS NOT NULL
+        GROUP BY src, dst, phase, minute""")
+    name = str(rows[0][0]) if rows else ""
+    minutes: dict[int, set[int]] = {0: set(), 1: set()}
+    seen: dict[tuple[str, str], dict[int, set[int]]] = defaultdict(lambda: {0: set(), 1: set()})
+    gap: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: {0: [], 1: []})
+    for _, src, dst, phase, minute, by_src, by_dst in rows:
+        edge = (str(src), str(dst))
+        minutes[int(phase)].add(int(minute))
+        seen[edge][int(phase)].add(int(minute))
+        if by_src is not None and by_dst is not None:
+            gap[edge][int(phase)].append(float(by_src) - float(by_dst))
+    return (_mesh_network(name, gap, cfg)
+            + _mesh_vanished(name, seen, minutes, cfg))
+
+
+def _mesh_network(name: str, gap: Mapping[tuple[str, str], Mapping[int, list[float]]],
+                  cfg: RankConfig) -> list[Evidence]:
+    """The caller's view beyond the callee's, the anomaly window's median against the
+    baseline's, in baseline spreads floored as span times are; charged to the callee unless
+    one caller is slow towards several callees that nobody else is slow towards."""
+    slow = []
+    for (src, dst), by in gap.items():
+        b, a = sorted(by[0]), sorted(by[1])
+        if len(b) < cfg.min_points or len(a) < cfg.min_points:
+            continue
+        med, level = _quantile(b, 0.5), _quantile(a, 0.5)
+        spread = max(_quantile(b, 0.75) - _quantile(b, 0.25),
+                     (_quantile(b, 0.95) - _quantile(b, 0.05)) / 4,
+                     cfg.rel_floor * abs(med), cfg.ms_floor)
+        if (z := (level - med) / spread) >= cfg.threshold:
+            slow.append((src, dst, level, med, z))
+    callees_of: dict[str, set[str]] = defaultdict(set)
+    callers_of: dict[str, set[str]] = defaultdict(set)
+    for src, dst, *_ in slow:
+        callees_of[src].add(dst)
+        callers_of[dst].add(src)
+    return [Evidence(EvidenceKind.METRIC, f"{name}{{{src}->{dst}}}",
+                     src if len(callees_of[src]) > 1 and len(callers_of[dst]) == 1 else dst,
+                     FaultClass.NETWORK, "mesh:network", level, med, z)
+            for src, dst, level, med, z in slow]
+
+
+def _mesh_vanished(name: str, seen: Mapping[tuple[str, str], Mapping[int, set[int]]],
+                   minutes: Mapping[int, set[int]], cfg: RankConfig) -> list[Evidence]:
+    """Edges missing from at least half of the anomaly window's minutes while their caller
+    still reports other edges then, against the share of baseline minutes they were there
+    in (a binomial z, shrunk off 0 and 1 by half a count): the caller stopped making the
+    call -- an exception or early return before it -- so the caller is charged, errors."""
+    na, nb = len(minutes[1]), len(minutes[0])
+    if na == 0 or nb < cfg.min_execs:
+        return []
+    out = []
+    for (src, dst), by in seen.items():
+        missing = minutes[1] - by[1]
+        if 2 * len(missing) < na:
+            continue
+        elsewhere = set().union(*(m[1] for e, m in seen.items()
+                                  if e != (src, dst) and src in e))
+        if not missing <= elsewhere:
+            continue  # the caller is silent altogether: that is not a skipped call
+        rate, now = len(by[0]) / nb, len(by[1]) / na
+        p = (rate * nb + 0.5) / (nb + 1.0)
+        z = (rate - now) / math.sqrt(p * (1 - p) * (1 / na + 1 / nb))
+        if z >= cfg.threshold:
+            out.append(Evidence(EvidenceKind.METRIC, f"{name}{{{src}->{dst}}}", src,
+                                FaultClass.ERRORS, "mesh:calls", now, rate, z))
+    return out
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of a sorted list (DuckDB's quantile_cont)."""
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 # -- spans -----------------------------------------------------------------------------------

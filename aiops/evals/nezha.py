@@ -216,6 +216,37 @@ def _metrics(con: duckdb.DuckDBPyConnection, files: list[str]) -> pa.Table:
     return con.sql(sql).to_arrow_table()
 
 
+# Per-edge median latency (seconds) as the caller (source_50) and the callee (destination_50)
+# measured it: one column per "caller_callee" (Kubernetes names have no "_"), one row a minute.
+_EDGE_FILES = (("source_50.csv.gz", "source"), ("destination_50.csv.gz", "destination"))
+EDGE_METRIC = "request_duration_p50"
+
+
+def _edges(con: duckdb.DuckDBPyConnection, files: list[str]) -> pa.Table:
+    """The edge files as mesh gauges with Istio's labels (reporter, source_workload,
+    destination_workload) and no service of their own: what rca's mesh evidence reads."""
+    parts = []
+    for f in files:
+        reporter = next(r for name, r in _EDGE_FILES if f.endswith(name))
+        t = _read_csvs([f], {"time": pa.string()}, drop=["timestamp"])
+        con.register(f"edges_{reporter}", t)
+        cols = ", ".join(f'"{c}"' for c in t.column_names if c != "time")
+        parts.append(f"""
+            SELECT time, '{reporter}' AS reporter, edge, value
+            FROM (UNPIVOT (SELECT CAST(left(time, 19) AS TIMESTAMP_NS) AS time, {cols}
+                           FROM edges_{reporter})
+                  ON {cols} INTO NAME edge VALUE value)""")
+    return con.sql(f"""
+        SELECT time, '{EDGE_METRIC}' AS name, 's' AS unit, 'gauge' AS type,
+               value::DOUBLE AS value,
+               json_object('reporter', reporter,
+                           'source_workload', split_part(edge, '_', 1),
+                           'destination_workload', split_part(edge, '_', 2)) AS attributes
+        FROM ({' UNION ALL '.join(parts)})
+        WHERE value IS NOT NULL AND NOT isnan(value::DOUBLE)
+        ORDER BY time""").to_arrow_table()
+
+
 def load_day(store: Store, rca_day: Path, construct_day: Path | None) -> dict[str, int]:
     """Convert one day of the corpus (and its fault-free construct period) into ``store``."""
     con = duckdb.connect()
@@ -237,6 +268,10 @@ def load_day(store: Store, rca_day: Path, construct_day: Path | None) -> dict[st
                 continue
             batch = convert(con, files)
             counts[table.name] = store.append(table.name, batch)
+        edge_files = [str(rca_day / "metric" / name) for name, _ in _EDGE_FILES
+                      if (rca_day / "metric" / name).is_file()]
+        if edge_files:
+            counts["mesh_edges"] = store.append(METRIC_POINTS.name, _edges(con, edge_files))
         return counts
     finally:
         con.close()

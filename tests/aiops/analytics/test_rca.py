@@ -275,3 +275,69 @@ def test_a_raw_duckdb_connection_works_like_a_store(store: Store) -> None:
         con.execute(f"INSERT INTO {name} SELECT * FROM src")
         con.unregister("src")
     assert rank(con, ANOMALY, BASELINE, config=RankConfig())[0].entity == "model"
+
+
+# -- mesh edges: no traces, only per-edge latency as each end of a call reports it -----------
+
+MESH_EDGES = (("gateway", "api"), ("api", "model"), ("api", "cache"))
+
+
+def mesh(store: Store, delay: dict[tuple[str, str], float] | None = None,
+         gone: dict[tuple[str, str], int] | None = None) -> None:
+    """One point a minute per edge and reporter (Istio's labels) for 35 minutes; in the
+    anomaly window ``delay`` adds seconds to the caller's view of an edge and ``gone``
+    removes an edge from that many of the window's minutes."""
+    rng = random.Random(11)
+    points: list[dict[str, Any]] = []
+    for minute in range(35):
+        t = T0 + timedelta(minutes=minute, seconds=20)
+        anomalous = minute >= 30
+        for edge in MESH_EDGES:
+            if anomalous and minute - 30 < (gone or {}).get(edge, 0):
+                continue
+            served = 0.02 * rng.uniform(0.9, 1.1)
+            seen = served + 0.001 * rng.uniform(0.8, 1.2)
+            if anomalous:
+                seen += (delay or {}).get(edge, 0.0)
+            for reporter, value in (("source", seen), ("destination", served)):
+                points.append({"time": ns(t), "name": "request_duration_p50", "unit": "s",
+                               "type": "gauge", "value": value, "attributes": json.dumps({
+                                   "reporter": reporter, "source_workload": edge[0],
+                                   "destination_workload": edge[1]})})
+    cols = {c: [p[c] for p in points] for c in points[0]}
+    store.append("metric_points", pa.table(
+        {c: pa.array(v, pa.timestamp("ns")) if c == "time" else v for c, v in cols.items()}))
+
+
+def test_mesh_edges_charge_a_delay_seen_only_by_the_caller_to_the_callee(
+        store: Store) -> None:
+    mesh(store, delay={("api", "model"): 0.05})
+    ranked = rank(store, ANOMALY, BASELINE)
+    assert (ranked[0].entity, ranked[0].fault_class) == ("model", FaultClass.NETWORK)
+    assert ranked[0].evidence[0].id == "request_duration_p50{api->model}"
+    assert ranked[0].evidence[0].observed == pytest.approx(51, abs=1)  # ms: 1 + 50
+
+
+def test_a_call_the_caller_stops_making_charges_the_caller_with_errors(store: Store) -> None:
+    mesh(store, gone={("api", "cache"): 5})
+    ranked = rank(store, ANOMALY, BASELINE)
+    assert (ranked[0].entity, ranked[0].fault_class) == ("api", FaultClass.ERRORS)
+    assert ranked[0].evidence[0].signal == "mesh:calls"
+
+
+def test_an_edge_missing_from_one_minute_of_five_is_not_evidence(store: Store) -> None:
+    mesh(store, gone={("api", "cache"): 1})
+    assert rank(store, ANOMALY, BASELINE) == []
+
+
+def test_a_caller_seen_nowhere_else_is_not_charged_for_a_missing_call(store: Store) -> None:
+    # The gateway's only edge goes: no traffic came in, or its proxy stopped reporting;
+    # nothing shows its code ran and skipped the call.
+    mesh(store, gone={("gateway", "api"): 5})
+    assert not any(e.entity == "gateway" for r in rank(store, ANOMALY, BASELINE)
+                   for e in r.evidence)
+
+
+def test_mesh_edges_name_services_not_replicas(store: Store) -> None:
+    mesh(store, delay={("api", "model"): 0.05})
+    assert rank(store, ANOMALY, BASELINE, entity="service.instance.id") == []
