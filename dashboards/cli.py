@@ -25,6 +25,9 @@ PrometheusOption = Annotated[str, typer.Option(
     "--prometheus-url", help="Prometheus URL as Grafana reaches it.")]
 ServerOption = Annotated[str, typer.Option(
     "--server-url", help="aiops server URL as Grafana reaches it.")]
+ServerCaOption = Annotated[Path | None, typer.Option(
+    "--server-ca", exists=True, dir_okay=False, readable=True,
+    help="PEM CA of an https aiops server (AIOPS_SERVER_TLS_CA), for Grafana to verify it.")]
 
 
 def _fail(exc: AIOpsError, code: int = 1) -> typer.Exit:
@@ -32,13 +35,18 @@ def _fail(exc: AIOpsError, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _render(models: Path | None, prometheus_url: str, server_url: str) -> dict[str, str]:
+def _render(models: Path | None, prometheus_url: str, server_url: str,
+            server_ca: Path | None = None) -> dict[str, str]:
     from dashboards.generate import render
 
     try:
-        return render(models, prometheus_url, server_url)
+        return render(models, prometheus_url, server_url, _pem(server_ca))
     except AIOpsError as exc:
         raise _fail(exc, 2) from exc
+
+
+def _pem(path: Path | None) -> str | None:
+    return path.read_text() if path is not None else None
 
 
 @app.command()
@@ -46,6 +54,7 @@ def generate(
     models: ModelsOption = None,
     prometheus_url: PrometheusOption = DEFAULT_PROMETHEUS_URL,
     server_url: ServerOption = DEFAULT_SERVER_URL,
+    server_ca: ServerCaOption = None,
     out: Annotated[Path | None, typer.Option(
         help="Directory for generated/ and provisioning/ (default: the dashboards package, "
              "whose files are committed).")] = None,
@@ -53,7 +62,7 @@ def generate(
     """Write the dashboards' JSON and Grafana's provisioning files."""
     from dashboards.generate import PACKAGE_DIR, write
 
-    files = _render(models, prometheus_url, server_url)
+    files = _render(models, prometheus_url, server_url, server_ca)
     for path in write(out or PACKAGE_DIR, files):
         console.print(str(path))
 
@@ -83,6 +92,7 @@ def push(
         help="Also create or update the Prometheus and aiops API datasources.")] = True,
     prometheus_url: PrometheusOption = DEFAULT_PROMETHEUS_URL,
     server_url: ServerOption = DEFAULT_SERVER_URL,
+    server_ca: ServerCaOption = None,
 ) -> None:
     """Upload the dashboards (and datasources) to a running Grafana."""
     from dashboards.generate import GENERATED
@@ -94,7 +104,7 @@ def push(
     try:
         report = push_dashboards(url, token, boards,
                                  (prometheus_url, server_url) if datasources else None,
-                                 progress=console.log)
+                                 progress=console.log, server_ca=_pem(server_ca))
     except AIOpsError as exc:
         raise _fail(exc) from exc
     console.print(f"pushed {len(report.dashboards)} dashboard(s) and "

@@ -36,8 +36,14 @@ DEFAULT_SERVER_URL = "http://aiops:4318"
 DASHBOARDS_PATH = "/var/lib/grafana/dashboards/aiops"
 
 
-def datasources(prometheus_url: str, server_url: str) -> list[dict[str, Any]]:
-    """Datasource definitions (Grafana's API and provisioning share these fields)."""
+def datasources(prometheus_url: str, server_url: str,
+                server_ca: str | None = None) -> list[dict[str, Any]]:
+    """Datasource definitions (Grafana's API and provisioning share these fields);
+    ``server_ca`` is the PEM CA an https aiops server's certificate is verified against."""
+    infinity_tls: dict[str, Any] = {}
+    if server_ca is not None:
+        infinity_tls = {"jsonData": {"allowedHosts": [server_url], "tlsAuthWithCACert": True},
+                        "secureJsonData": {"tlsCACert": server_ca}}
     return [
         {"name": "Prometheus", "type": "prometheus", "uid": PROMETHEUS.uid, "access": "proxy",
          "url": prometheus_url, "isDefault": True,
@@ -45,13 +51,14 @@ def datasources(prometheus_url: str, server_url: str) -> list[dict[str, Any]]:
         # Infinity sends relative URLs to this base URL, and only to hosts it allows.
         {"name": "aiops API", "type": INFINITY_PLUGIN, "uid": INFINITY.uid, "access": "proxy",
          "url": server_url, "isDefault": False,
-         "jsonData": {"allowedHosts": [server_url]}},
+         "jsonData": {"allowedHosts": [server_url]}, **infinity_tls},
     ]
 
 
-def provisioning_datasources(prometheus_url: str, server_url: str) -> dict[str, Any]:
+def provisioning_datasources(prometheus_url: str, server_url: str,
+                             server_ca: str | None = None) -> dict[str, Any]:
     return {"apiVersion": 1, "datasources": [
-        {**d, "editable": False} for d in datasources(prometheus_url, server_url)]}
+        {**d, "editable": False} for d in datasources(prometheus_url, server_url, server_ca)]}
 
 
 def provisioning_dashboards() -> dict[str, Any]:

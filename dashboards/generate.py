@@ -55,10 +55,11 @@ def _yaml(doc: dict[str, Any]) -> str:
 
 
 def render(models_file: Path | None = None, prometheus_url: str = DEFAULT_PROMETHEUS_URL,
-           server_url: str = DEFAULT_SERVER_URL) -> dict[str, str]:
+           server_url: str = DEFAULT_SERVER_URL,
+           server_ca: str | None = None) -> dict[str, str]:
     files = {f"{GENERATED}/{b.uid}.json": _json(b.build()) for b in boards(models_file)}
     files[f"{PROVISIONING}/datasources/aiops.yaml"] = _yaml(
-        provisioning_datasources(prometheus_url, server_url))
+        provisioning_datasources(prometheus_url, server_url, server_ca))
     files[f"{PROVISIONING}/dashboards/aiops.yaml"] = _yaml(provisioning_dashboards())
     return files
 

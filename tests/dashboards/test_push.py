@@ -8,9 +8,11 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -108,6 +110,32 @@ def test_push_creates_then_updates_datasources_and_saves_every_dashboard(
     saved = g.dashboards["aiops-serving"]
     assert saved["overwrite"] is True and saved["folderUid"] == "aiops"
     assert saved["dashboard"]["id"] is None and json.dumps(saved["dashboard"])
+
+
+def test_an_https_server_with_a_private_ca_gets_it_in_the_api_datasource(
+    grafana: tuple[str, GrafanaStandIn], tmp_path: Path,
+) -> None:
+    url, g = grafana
+    pem = trustme.CA().cert_pem.bytes().decode()
+    (tmp_path / "ca.pem").write_text(pem)
+    result = CliRunner().invoke(app, [
+        "push", "--url", url, "--token", "t", "--server-url", "https://aiops.example:4318",
+        "--server-ca", str(tmp_path / "ca.pem")])
+    assert result.exit_code == 0, result.output
+    api = g.datasources["aiops-api"]
+    assert api["jsonData"]["tlsAuthWithCACert"] is True
+    assert api["secureJsonData"]["tlsCACert"] == pem
+    assert "secureJsonData" not in g.datasources["aiops-prometheus"]
+
+
+def test_a_missing_ca_file_is_refused_before_anything_is_pushed(
+    grafana: tuple[str, GrafanaStandIn], tmp_path: Path,
+) -> None:
+    url, g = grafana
+    result = CliRunner().invoke(app, ["push", "--url", url, "--server-ca",
+                                      str(tmp_path / "nope.pem")])
+    assert result.exit_code == 2 and "nope.pem" in result.output
+    assert g.calls == []
 
 
 def test_push_says_why_when_grafana_refuses(grafana: tuple[str, GrafanaStandIn]) -> None:
