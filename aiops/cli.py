@@ -77,13 +77,17 @@ def server(ctx: typer.Context) -> None:
     settings = _settings(ctx)
     configure_json_logging(settings.log_level)
     try:
+        ssl_options = server_ssl_options(settings)
+    except AIOpsError as exc:
+        raise _fail(exc, 2) from exc
+    try:
         store = Store(settings.db_path, memory_limit_mb=settings.duckdb_memory_mb)
     except AIOpsError as exc:
         raise _fail(exc) from exc
     try:
         uvicorn.run(create_app(settings, store), host=settings.server_host,
                     port=settings.server_port, log_level=settings.log_level.lower(),
-                    access_log=False, log_config=None, **server_ssl_options(settings))
+                    access_log=False, log_config=None, **ssl_options)
     finally:
         store.close()
 

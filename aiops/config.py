@@ -55,8 +55,9 @@ class Settings(BaseSettings):
         None, description="PEM private key of `server_tls_cert`.")
     server_tls_ca: Path | None = Field(
         None, description="PEM CA bundle aiops clients (CLI, Serve replicas' OTLP exporters, "
-        "the eBPF collector) verify the server's certificate against; empty: the system's "
-        "trust store.")
+        "the eBPF collector) verify the server's certificate against; set alone (no "
+        "certificate or key: a machine that is only a client), clients use https. Empty: "
+        "httpx's and requests' default bundle (certifi).")
     max_body_bytes: int = Field(
         16 * 1024 * 1024,
         ge=1024,
@@ -204,18 +205,26 @@ class Settings(BaseSettings):
         not when the first client connects."""
         if (self.server_tls_cert is None) != (self.server_tls_key is None):
             raise ValueError("server_tls_cert and server_tls_key must be set together")
-        if self.server_tls_ca is not None and self.server_tls_cert is None:
-            raise ValueError("server_tls_ca is the CA of the server's certificate: set "
-                             "server_tls_cert and server_tls_key as well")
         for name in ("server_tls_cert", "server_tls_key", "server_tls_ca"):
             path: Path | None = getattr(self, name)
-            if path is not None and not path.is_file():
-                raise ValueError(f"{name}: {path} is not a readable file")
+            if path is None:
+                continue
+            try:
+                with path.open("rb"):
+                    pass
+            except OSError as exc:
+                raise ValueError(f"{name}: {path} is not a readable file "
+                                 f"({exc.strerror or exc})") from exc
         return self
 
     @property
+    def server_tls(self) -> bool:
+        """Whether the server speaks HTTPS (its certificate is here, or only its CA)."""
+        return self.server_tls_cert is not None or self.server_tls_ca is not None
+
+    @property
     def server_url(self) -> str:
-        scheme = "https" if self.server_tls_cert is not None else "http"
+        scheme = "https" if self.server_tls else "http"
         return f"{scheme}://{self.server_host}:{self.server_port}"
 
     @property

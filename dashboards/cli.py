@@ -62,6 +62,10 @@ def generate(
     """Write the dashboards' JSON and Grafana's provisioning files."""
     from dashboards.generate import PACKAGE_DIR, write
 
+    if server_ca is not None and out is None:
+        # The package's files are committed: a CA there is one deployment's secret.
+        raise _fail(AIOpsError("--server-ca embeds a deployment's CA: write with --out DIR, "
+                               "not into the committed package files"), 2)
     files = _render(models, prometheus_url, server_url, server_ca)
     for path in write(out or PACKAGE_DIR, files):
         console.print(str(path))
@@ -98,6 +102,9 @@ def push(
     from dashboards.generate import GENERATED
     from dashboards.push import push as push_dashboards
 
+    if server_ca is not None and not datasources:
+        raise _fail(AIOpsError("--server-ca goes into the API datasource: it needs "
+                               "--datasources"), 2)
     files = _render(models, prometheus_url, server_url)
     boards = {rel.removeprefix(f"{GENERATED}/"): text for rel, text in files.items()
               if rel.startswith(f"{GENERATED}/")}

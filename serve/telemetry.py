@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 import requests
 from opentelemetry.context import Context
@@ -70,15 +71,23 @@ class TelemetryConfig:
     """CA bundle to verify an https receiver against; None: the system's trust store."""
 
 
-def _session(certificate_file: str | None) -> requests.Session | None:
-    """The exporters' HTTP session. With a CA file, one that ignores the environment:
+class _PinnedCaSession(requests.Session):
+    """A session whose ``verify`` (the configured CA) wins over the environment: plain
     requests lets ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` override a session's ``verify``
-    (psf/requests#3829), which would silently drop the configured CA."""
-    if certificate_file is None:
-        return None
-    session = requests.Session()
-    session.trust_env = False
-    return session
+    (psf/requests#3829), which would silently drop the configured CA. Proxies and the rest
+    of the environment still apply."""
+
+    def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any,
+                                   cert: Any) -> dict[str, Any]:
+        merged: dict[str, Any] = super().merge_environment_settings(
+            url, proxies, stream, verify, cert)
+        merged["verify"] = self.verify
+        return merged
+
+
+def _session(certificate_file: str | None) -> requests.Session | None:
+    """The exporters' HTTP session: with a CA file, one that keeps it (see above)."""
+    return _PinnedCaSession() if certificate_file is not None else None
 
 
 class Telemetry:

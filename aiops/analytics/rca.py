@@ -394,6 +394,9 @@ def _metric_evidence(db: _Db, scope: _Scope, cfg: RankConfig) -> list[Evidence]:
 
 # -- mesh edges ------------------------------------------------------------------------------
 
+_EdgeMinutes = dict[tuple[str, str], dict[int, set[int]]]  # edge -> phase -> minutes
+
+
 def _mesh_evidence(db: _Db, scope: _Scope, cfg: RankConfig) -> list[Evidence]:
     """Evidence from per-edge latency gauges that both ends of a call report (see the module
     docstring); one point per edge, reporter and minute."""
@@ -408,23 +411,35 @@ def _mesh_evidence(db: _Db, scope: _Scope, cfg: RankConfig) -> list[Evidence]:
             WHERE {scope.bounds('time')} AND type = 'gauge'
               AND attributes->>'reporter' IN ('source', 'destination')
         )
-        SELECT any_value(name), src, dst, phase, minute,
+        SELECT name, src, dst, phase, minute,
                max(ms) FILTER (WHERE reporter = 'source'),
                max(ms) FILTER (WHERE reporter = 'destination')
         FROM p WHERE phase IS NOT NULL AND src IS NOT NULL AND dst IS NOT NULL
-        GROUP BY src, dst, phase, minute""")
-    name = str(rows[0][0]) if rows else ""
-    minutes: dict[int, set[int]] = {0: set(), 1: set()}
-    seen: dict[tuple[str, str], dict[int, set[int]]] = defaultdict(lambda: {0: set(), 1: set()})
-    gap: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: {0: [], 1: []})
-    for _, src, dst, phase, minute, by_src, by_dst in rows:
-        edge = (str(src), str(dst))
-        minutes[int(phase)].add(int(minute))
-        seen[edge][int(phase)].add(int(minute))
-        if by_src is not None and by_dst is not None:
-            gap[edge][int(phase)].append(float(by_src) - float(by_dst))
-    return (_mesh_network(name, gap, cfg)
-            + _mesh_vanished(name, seen, minutes, cfg))
+        GROUP BY ALL""")
+    by_name: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for row in rows:  # a p50 and a p99 gauge of the same edges are two separate signals
+        by_name[str(row[0])].append(row[1:])
+    out: list[Evidence] = []
+    for name, series in sorted(by_name.items()):
+        minutes: dict[int, set[int]] = {0: set(), 1: set()}
+        seen: _EdgeMinutes = defaultdict(lambda: {0: set(), 1: set()})
+        alive: dict[str, dict[int, set[int]]] = defaultdict(lambda: {0: set(), 1: set()})
+        gap: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(
+            lambda: {0: [], 1: []})
+        for src, dst, phase, minute, by_src, by_dst in series:
+            edge, ph, m = (str(src), str(dst)), int(phase), int(minute)
+            minutes[ph].add(m)
+            seen[edge][ph].add(m)
+            # A workload is up in a minute its own end of some edge reported.
+            if by_src is not None:
+                alive[edge[0]][ph].add(m)
+            if by_dst is not None:
+                alive[edge[1]][ph].add(m)
+            if by_src is not None and by_dst is not None:
+                gap[edge][ph].append(float(by_src) - float(by_dst))
+        out += _mesh_network(name, gap, cfg)
+        out += _mesh_vanished(name, seen, alive, minutes, cfg)
+    return out
 
 
 def _mesh_network(name: str, gap: Mapping[tuple[str, str], Mapping[int, list[float]]],
@@ -454,24 +469,22 @@ def _mesh_network(name: str, gap: Mapping[tuple[str, str], Mapping[int, list[flo
             for src, dst, level, med, z in slow]
 
 
-def _mesh_vanished(name: str, seen: Mapping[tuple[str, str], Mapping[int, set[int]]],
-                   minutes: Mapping[int, set[int]], cfg: RankConfig) -> list[Evidence]:
+def _mesh_vanished(name: str, seen: _EdgeMinutes,
+                   alive: Mapping[str, Mapping[int, set[int]]], minutes: Mapping[int, set[int]],
+                   cfg: RankConfig) -> list[Evidence]:
     """Edges missing from at least half of the anomaly window's minutes while their caller
-    still reports other edges then, against the share of baseline minutes they were there
-    in (a binomial z, shrunk off 0 and 1 by half a count): the caller stopped making the
-    call -- an exception or early return before it -- so the caller is charged, errors."""
+    is up then (its own end of some other edge reports), against the share of baseline
+    minutes they were there in (a binomial z, shrunk off 0 and 1 by half a count): the
+    caller stopped making the call -- an exception or early return before it -- so the
+    caller is charged, errors. A caller that is down is not charged here."""
     na, nb = len(minutes[1]), len(minutes[0])
     if na == 0 or nb < cfg.min_execs:
         return []
     out = []
     for (src, dst), by in seen.items():
         missing = minutes[1] - by[1]
-        if 2 * len(missing) < na:
+        if 2 * len(missing) < na or not missing <= alive.get(src, {}).get(1, set()):
             continue
-        elsewhere = set().union(*(m[1] for e, m in seen.items()
-                                  if e != (src, dst) and src in e))
-        if not missing <= elsewhere:
-            continue  # the caller is silent altogether: that is not a skipped call
         rate, now = len(by[0]) / nb, len(by[1]) / na
         p = (rate * nb + 0.5) / (nb + 1.0)
         z = (rate - now) / math.sqrt(p * (1 - p) * (1 / na + 1 / nb))

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import certifi
 import httpx
 import pytest
 import trustme
@@ -27,8 +28,7 @@ from aiops.errors import ConfigError, StackError
 from aiops.stack import settings_env
 from aiops.stack import status as stack_status
 from aiops.tls import client_verify
-from collectors.ebpf.export import build_request, send
-from collectors.ebpf.probes import Measurement
+from collectors.ebpf.collector import EbpfCollector
 from serve.telemetry import Telemetry, TelemetryConfig
 from tests.conftest import running_stack
 
@@ -71,10 +71,15 @@ def test_a_certificate_without_its_key_is_a_configuration_error(pki: dict[str, P
         load_settings(server_tls_cert=pki["cert"])
 
 
-def test_a_ca_without_a_server_certificate_is_a_configuration_error(
-        pki: dict[str, Path]) -> None:
-    with pytest.raises(ConfigError, match="set server_tls_cert and server_tls_key"):
-        load_settings(server_tls_ca=pki["ca"])
+def test_a_ca_alone_makes_a_client_of_an_https_server(pki: dict[str, Path]) -> None:
+    # A machine that only talks to the server (the CLI elsewhere, an eBPF DaemonSet) needs
+    # the CA, not the server's private key ...
+    settings = load_settings(server_tls_ca=pki["ca"])
+    assert settings.server_url.startswith("https://")
+    # ... but the server itself cannot serve HTTPS without its certificate.
+    result = CliRunner().invoke(app, ["server"], env=settings_env(settings))
+    assert result.exit_code == 2
+    assert "AIOPS_SERVER_TLS_CERT" in result.output
 
 
 def test_a_missing_certificate_file_is_named(pki: dict[str, Path], tmp_path: Path) -> None:
@@ -99,7 +104,8 @@ def test_a_client_that_does_not_trust_the_ca_is_refused_with_a_clear_error(
 
 def test_plain_http_is_not_served(tls_server: Settings) -> None:
     plain = tls_server.server_url.replace("https://", "http://")
-    with pytest.raises(httpx.HTTPError):
+    # The port is open (not a connect error) but speaks only TLS.
+    with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
         httpx.get(f"{plain}/readyz", timeout=5)
 
 
@@ -122,7 +128,9 @@ def test_the_cli_reaches_the_server_over_tls(tls_server: Settings) -> None:
 
 
 def test_a_replicas_otlp_exporter_delivers_spans_over_tls(
-        tls_server: Settings, pki: dict[str, Path]) -> None:
+        tls_server: Settings, pki: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    # requests would let this variable replace the configured CA (psf/requests#3829).
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", certifi.where())
     telemetry = Telemetry(TelemetryConfig(tls_server.server_url, 0.2,
                                           certificate_file=str(pki["ca"])),
                           {"service.name": "tls-probe"}, component="tls-test")
@@ -138,16 +146,20 @@ def test_a_replicas_otlp_exporter_delivers_spans_over_tls(
     assert rows == [{"name": "over-tls"}]
 
 
-def test_the_ebpf_exporter_delivers_metrics_over_tls(
-        tls_server: Settings, pki: dict[str, Path]) -> None:
-    now = time.time_ns()
-    point = Measurement("aiops.ebpf.tls_probe", {"probe": "tls"}, value=1.0, gauge=True)
-    with httpx.Client(verify=client_verify(tls_server), timeout=10) as c:
-        send(c, tls_server.server_url, build_request([point], now - 10**9, now))
+def test_the_ebpf_collector_exports_over_tls_with_the_ca_and_not_without(
+        tls_server: Settings) -> None:
+    with_ca = EbpfCollector(tls_server.server_url, probes=(), verify=client_verify(tls_server))
+    without = EbpfCollector(tls_server.server_url, probes=())
+    try:
+        assert with_ca.cycle() > 0
+        assert without.cycle() == 0 and without.stats.export_failures == 1
+    finally:
+        with_ca.close()
+        without.close()
     with ServerClient.of(tls_server) as db:
-        rows = db.rows("SELECT value FROM metric_points WHERE name = ?",
-                       ["aiops.ebpf.tls_probe"])
-    assert rows and rows[0]["value"] == 1.0
+        rows = db.rows("SELECT count(*) AS n FROM metric_points "
+                       "WHERE name = 'aiops.ebpf.collector.cpu_seconds'")
+    assert rows[0]["n"] >= 1
 
 
 # The whole stack.

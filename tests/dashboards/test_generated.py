@@ -36,6 +36,24 @@ def test_generate_and_check_commands(tmp_path: Path) -> None:
     assert result.exit_code == 0 and "current" in result.output
 
 
+def test_a_private_ca_goes_into_generated_provisioning_but_never_the_package(
+        tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    runner = CliRunner()
+    refused = runner.invoke(app, ["generate", "--server-ca", str(ca)])
+    assert refused.exit_code == 2 and "--out DIR" in refused.output
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["generate", "--server-url", "https://aiops:4318",
+                                 "--server-ca", str(ca), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    api = next(d for d in yaml.safe_load(
+        (out / PROVISIONING / "datasources" / "aiops.yaml").read_text())["datasources"]
+        if d["type"] == INFINITY_PLUGIN)
+    assert api["jsonData"]["tlsAuthWithCACert"] is True
+    assert api["secureJsonData"]["tlsCACert"] == ca.read_text()
+
+
 def test_every_query_names_a_provisioned_datasource() -> None:
     provisioned = yaml.safe_load(
         (PACKAGE_DIR / PROVISIONING / "datasources" / "aiops.yaml").read_text())

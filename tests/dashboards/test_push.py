@@ -138,6 +138,17 @@ def test_a_missing_ca_file_is_refused_before_anything_is_pushed(
     assert g.calls == []
 
 
+def test_a_ca_without_the_datasources_to_carry_it_is_refused(
+    grafana: tuple[str, GrafanaStandIn], tmp_path: Path,
+) -> None:
+    url, g = grafana
+    (tmp_path / "ca.pem").write_text(trustme.CA().cert_pem.bytes().decode())
+    result = CliRunner().invoke(app, ["push", "--url", url, "--no-datasources",
+                                      "--server-ca", str(tmp_path / "ca.pem")])
+    assert result.exit_code == 2 and "needs --datasources" in result.output
+    assert g.calls == []
+
+
 def test_push_says_why_when_grafana_refuses(grafana: tuple[str, GrafanaStandIn]) -> None:
     url, _ = grafana
     result = CliRunner().invoke(app, ["push", "--url", f"{url}/nowhere", "--token", "x",

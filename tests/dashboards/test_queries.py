@@ -70,8 +70,11 @@ def live(stack: Settings, prometheus: RunningPrometheus) -> Iterator[RunningProm
     assert httpx.post(f"{stack.server_url}/api/v1/sql", json={"sql": "SELECT 1"}).is_success
     try:
         deadline = time.monotonic() + 90
+        # Every rate the panels divide by: streaming (TTFT), the LLM's requests, ingest.
         while not prometheus.query_range(
                 f"rate(gen_ai_server_time_to_first_token_seconds_count[{RATE_INTERVAL}]) > 0"
+                f" and on () sum(rate(aiops_serve_requests_total{{gen_ai_request_model="
+                f"'{LLM}'}}[{RATE_INTERVAL}])) > 0"
                 " and on () rate(aiops_otlp_rows_total[15s]) > 0", seconds=5, step=1):
             assert time.monotonic() < deadline, "no streaming request reached Prometheus"
             time.sleep(1)

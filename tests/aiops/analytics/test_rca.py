@@ -283,10 +283,12 @@ MESH_EDGES = (("gateway", "api"), ("api", "model"), ("api", "cache"))
 
 
 def mesh(store: Store, delay: dict[tuple[str, str], float] | None = None,
-         gone: dict[tuple[str, str], int] | None = None) -> None:
+         gone: dict[tuple[str, str], int] | None = None, down: str | None = None,
+         name: str = "request_duration_p50") -> None:
     """One point a minute per edge and reporter (Istio's labels) for 35 minutes; in the
-    anomaly window ``delay`` adds seconds to the caller's view of an edge and ``gone``
-    removes an edge from that many of the window's minutes."""
+    anomaly window ``delay`` adds seconds to the caller's view of an edge, ``gone`` removes
+    an edge from that many of the window's minutes, and the workload ``down`` reports
+    nothing itself (its callers still see the calls they make to it)."""
     rng = random.Random(11)
     points: list[dict[str, Any]] = []
     for minute in range(35):
@@ -300,7 +302,9 @@ def mesh(store: Store, delay: dict[tuple[str, str], float] | None = None,
             if anomalous:
                 seen += (delay or {}).get(edge, 0.0)
             for reporter, value in (("source", seen), ("destination", served)):
-                points.append({"time": ns(t), "name": "request_duration_p50", "unit": "s",
+                if anomalous and down == edge[0 if reporter == "source" else 1]:
+                    continue
+                points.append({"time": ns(t), "name": name, "unit": "s",
                                "type": "gauge", "value": value, "attributes": json.dumps({
                                    "reporter": reporter, "source_workload": edge[0],
                                    "destination_workload": edge[1]})})
@@ -336,6 +340,30 @@ def test_a_caller_seen_nowhere_else_is_not_charged_for_a_missing_call(store: Sto
     mesh(store, gone={("gateway", "api"): 5})
     assert not any(e.entity == "gateway" for r in rank(store, ANOMALY, BASELINE)
                    for e in r.evidence)
+
+
+def test_a_caller_that_is_down_did_not_skip_its_calls(store: Store) -> None:
+    # api is down: its calls stop and its own end reports nothing, while the gateway still
+    # reports calling it. Whatever else points at api, "stopped making a call" does not.
+    mesh(store, gone={("api", "model"): 5, ("api", "cache"): 5}, down="api")
+    assert not any(e.signal == "mesh:calls" and e.entity == "api"
+                   for r in rank(store, ANOMALY, BASELINE) for e in r.evidence)
+
+
+def test_a_caller_that_is_up_and_called_but_calls_nothing_is_charged(store: Store) -> None:
+    # api's own end still reports gateway's calls, yet it makes none of its own: it fails
+    # before them.
+    mesh(store, gone={("api", "model"): 5, ("api", "cache"): 5})
+    ranked = rank(store, ANOMALY, BASELINE)
+    assert (ranked[0].entity, ranked[0].fault_class) == ("api", FaultClass.ERRORS)
+
+
+def test_gauges_of_different_names_are_separate_signals(store: Store) -> None:
+    mesh(store, delay={("api", "model"): 0.05}, name="request_duration_p50")
+    mesh(store, name="request_duration_p99")  # unchanged: must not water the p50 down
+    ranked = rank(store, ANOMALY, BASELINE)
+    assert (ranked[0].entity, ranked[0].fault_class) == ("model", FaultClass.NETWORK)
+    assert {e.id for e in ranked[0].evidence} == {"request_duration_p50{api->model}"}
 
 
 def test_mesh_edges_name_services_not_replicas(store: Store) -> None:
