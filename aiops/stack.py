@@ -248,13 +248,13 @@ def status(settings: Settings) -> list[dict[str, object]]:
     from collectors.ebpf.collector import READY_FILE as EBPF_READY_FILE
 
     urls = {"server": f"{settings.server_url}/readyz", "serve": f"{settings.serve_url}/healthz"}
+    verify = {"server": client_verify(settings), "serve": True}
     marker = settings.data_dir / EBPF_READY_FILE
     rows: list[dict[str, object]] = []
     for c in read_state(settings):
         running = _alive(c.pid)
         if c.name in urls:
-            healthy = running and _answers(
-                urls[c.name], client_verify(settings) if c.name == "server" else True)
+            healthy = running and _answers(urls[c.name], verify[c.name])
         else:
             healthy = running and marker.exists()
         rows.append({"component": c.name, "pid": c.pid, "running": running,

@@ -47,6 +47,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from aiops.store import Store
@@ -449,13 +450,13 @@ def _mesh_network(name: str, gap: Mapping[tuple[str, str], Mapping[int, list[flo
     one caller is slow towards several callees that nobody else is slow towards."""
     slow = []
     for (src, dst), by in gap.items():
-        b, a = sorted(by[0]), sorted(by[1])
+        b, a = by[0], by[1]
         if len(b) < cfg.min_points or len(a) < cfg.min_points:
             continue
-        med, level = _quantile(b, 0.5), _quantile(a, 0.5)
-        spread = max(_quantile(b, 0.75) - _quantile(b, 0.25),
-                     (_quantile(b, 0.95) - _quantile(b, 0.05)) / 4,
-                     cfg.rel_floor * abs(med), cfg.ms_floor)
+        # numpy's default (linear) quantiles are DuckDB's quantile_cont, as in the SQL paths.
+        q05, q25, med, q75, q95 = (float(x) for x in np.quantile(b, [.05, .25, .5, .75, .95]))
+        level = float(np.median(a))
+        spread = max(q75 - q25, (q95 - q05) / 4, cfg.rel_floor * abs(med), cfg.ms_floor)
         if (z := (level - med) / spread) >= cfg.threshold:
             slow.append((src, dst, level, med, z))
     callees_of: dict[str, set[str]] = defaultdict(set)
@@ -492,14 +493,6 @@ def _mesh_vanished(name: str, seen: _EdgeMinutes,
             out.append(Evidence(EvidenceKind.METRIC, f"{name}{{{src}->{dst}}}", src,
                                 FaultClass.ERRORS, "mesh:calls", now, rate, z))
     return out
-
-
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile of a sorted list (DuckDB's quantile_cont)."""
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 # -- spans -----------------------------------------------------------------------------------
