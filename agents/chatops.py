@@ -1,16 +1,22 @@
 """Chat-ops over HTTP: ``POST /v1/chatops`` (JSON) and a Slack-compatible slash command
 (``POST /v1/slack/command``).
 
-Both ask the same agent. Asking is free; acting is not: a JSON caller proposes actions only
-with the admin token, a Slack caller only through a request signed with the app's signing
-secret, and in both cases the remediation policy decides. Slack wants an answer within 3 s,
-so the command is acknowledged at once and the full answer is posted to its
-``response_url`` (only to the hosts ``slack_response_hosts`` allows) when it is ready.
+Both ask the same agent, with the asker's role (``aiops.auth.Role``): a viewer may ask, an
+operator may also propose actions (the remediation policy still decides), an admin may also
+approve or deny pending ones ("approve act-..."). ``/v1/chatops`` needs an operator token
+(its role is the token's); a Slack request is signed with the app's signing secret, used
+once (a replay within the five-minute window is refused), and its role is that of the Slack
+user id in ``slack_user_roles`` (anyone else: viewer). Slack wants an answer within 3 s, so
+the command is acknowledged at once and the full answer is posted to its ``response_url``
+(only to the hosts ``slack_response_hosts`` allows) when it is ready.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
+import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -26,22 +32,33 @@ from slack_sdk.signature import SignatureVerifier
 
 from agents.agent import Agent, Answer, make_llm
 from agents.tools import Limits, Proposer, Toolbox
+from aiops.auth import Role
 from aiops.config import Settings
+from aiops.errors import AIOpsError, ConfigError
 from aiops.remediation.actions import Action
 from aiops.store import Store
 
 if TYPE_CHECKING:
     from llama_index.core.llms import LLM
 
-__all__ = ["AgentService", "ChatRequest", "make_router"]
+    from aiops.server.guard import Guards
+
+__all__ = ["AgentService", "ChatRequest", "NotAllowed", "make_router", "slack_roles"]
 
 log = logging.getLogger(__name__)
 
 SLACK_MAX_BODY = 8 * 1024
+SLACK_WINDOW_S = 60 * 5  # slack_sdk accepts a timestamp this far from now, either way
+SLACK_SEEN_MAX = 10_000  # signatures remembered at most; when full, new requests wait (503)
+_SLACK_USER_ID = re.compile(r"^[A-Z0-9]{2,32}$")  # U012AB3CD, W0123ABC
 
 
 class Busy(Exception):
     """Every answering slot is taken."""
+
+
+class NotAllowed(AIOpsError):
+    """The asker's role does not allow proposing or deciding actions."""
 
 
 class ChatRequest(BaseModel):
@@ -69,6 +86,28 @@ class _Acting:
         return self._decide(action_id, approve, actor, now_ns)
 
 
+class _AsRole:
+    """The proposer as one asker may use it: proposing needs the operator role, approving or
+    denying the admin role (the tools report the refusal as the reason)."""
+
+    def __init__(self, proposer: Proposer, role: Role | None, actor: str) -> None:
+        self._proposer, self._role, self._actor = proposer, role, actor
+
+    def _need(self, role: Role, what: str) -> None:
+        if self._role is None or self._role < role:
+            have = self._role.label if self._role is not None else "no role"
+            raise NotAllowed(f"{what} needs the {role.label} role; {self._actor} has {have}")
+
+    def propose(self, action: Action, actor: str, now_ns: int) -> dict[str, Any]:
+        self._need(Role.OPERATOR, "proposing actions")
+        return self._proposer.propose(action, actor, now_ns)
+
+    def decide(self, action_id: str, approve: bool, actor: str, now_ns: int
+               ) -> dict[str, Any]:
+        self._need(Role.ADMIN, "approving or denying actions")
+        return self._proposer.decide(action_id, approve, actor, now_ns)
+
+
 class AgentService:
     """Builds an agent per question (its toolbox names the asker) and bounds concurrency."""
 
@@ -92,12 +131,15 @@ class AgentService:
                                  function_calling=s.agent_mode == "tools")
         return self._llm
 
-    def ask(self, question: str, actor: str, may_act: bool) -> Answer:
+    def ask(self, question: str, actor: str, role: Role | None) -> Answer:
+        """Answer as ``actor`` with ``role``: operator may propose actions, admin may also
+        approve or deny pending ones; a refusal is the answer's reason."""
         if not self._slots.acquire(blocking=False):
             raise Busy
         try:
             s = self.settings
-            box = Toolbox(self.store, self.proposer if may_act else None,
+            proposer = _AsRole(self.proposer, role, actor) if self.proposer else None
+            box = Toolbox(self.store, proposer,
                           Limits(sql_rows=s.agent_sql_rows, sql_timeout_s=s.agent_sql_timeout_s),
                           actor=actor)
             return Agent(box, self.llm, s.agent_mode).ask(question)
@@ -105,24 +147,84 @@ class AgentService:
             self._slots.release()
 
 
-def make_router(service: AgentService, is_admin: Callable[[Request], bool]) -> APIRouter:
+def slack_roles(spec: str) -> dict[str, Role]:
+    """``U123=admin,U456=operator`` as {user id: role}; a malformed value is a ConfigError."""
+    roles: dict[str, Role] = {}
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        user, sep, name = (part.strip() for part in item.partition("="))
+        if not sep or not _SLACK_USER_ID.match(user):
+            raise ConfigError(f"AIOPS_SLACK_USER_ROLES: {item.strip()!r} is not <Slack user "
+                              "id>=<role> (ids are upper-case letters and digits, U012AB3CD)")
+        try:
+            role = Role.parse(name)
+        except ValueError as exc:
+            raise ConfigError(f"AIOPS_SLACK_USER_ROLES: {user}: {exc}") from None
+        if roles.get(user, role) != role:
+            raise ConfigError(f"AIOPS_SLACK_USER_ROLES: {user} is given two roles")
+        roles[user] = role
+    return roles
+
+
+class _Seen:
+    """Slack signatures used within the window, so that a replay is refused; each is
+    forgotten once its timestamp is out of the window, and at most ``cap`` are kept."""
+
+    def __init__(self, window_s: int, cap: int, clock: Callable[[], float] = time.time
+                 ) -> None:
+        self.window_s, self.cap, self.clock = window_s, cap, clock
+        self._lock = threading.Lock()
+        self._until: dict[str, float] = {}
+        self._expiry: list[tuple[float, str]] = []
+
+    def use(self, signature: str, stamp: int) -> float | None:
+        """Record ``signature``: None when new; 0 when replayed; when full, the seconds
+        until room is made."""
+        now = self.clock()
+        with self._lock:
+            while self._expiry and self._expiry[0][0] < now:
+                self._until.pop(heapq.heappop(self._expiry)[1], None)
+            if signature in self._until:
+                return 0.0
+            if len(self._until) >= self.cap:
+                return max(1.0, self._expiry[0][0] - now)
+            until = stamp + self.window_s + 1.0
+            self._until[signature] = until
+            heapq.heappush(self._expiry, (until, signature))
+            return None
+
+
+def _role(request: Request) -> Role | None:
+    principal = getattr(request.state, "principal", None)
+    return principal.role if principal is not None else None
+
+
+def make_router(service: AgentService, guards: Guards) -> APIRouter:
+    """The chat-ops routes: ``/v1/chatops`` for operators (and admins), the Slack command
+    guarded by its signature; a malformed ``slack_user_roles`` is a ConfigError here."""
     router = APIRouter()
     settings = service.settings
     hosts = {h.strip().lower() for h in settings.slack_response_hosts.split(",") if h.strip()}
+    roles = slack_roles(settings.slack_user_roles)
+    seen = _Seen(SLACK_WINDOW_S, SLACK_SEEN_MAX)
 
-    @router.post("/v1/chatops")
+    @router.post("/v1/chatops", dependencies=[guards("operator")])
     async def chatops(body: ChatRequest, request: Request) -> JSONResponse:
-        """Ask a question; the answer has facts, evidence ids and a narrative. Proposals of
-        actions need the admin token (and the policy's consent)."""
+        """Ask a question; the answer has facts, evidence ids and a narrative. An operator
+        may propose actions (the policy decides), an admin also approve pending ones."""
+        # The ledger names the token that asked, then the user it says it speaks for.
+        principal = getattr(request.state, "principal", None)
+        holder = principal.name if principal is not None else "anonymous"
+        actor = f"agent:{body.user}" if holder == "admin" else f"agent:{holder}/{body.user}"
         try:
-            answer = await run_in_threadpool(service.ask, body.question, f"agent:{body.user}",
-                                             is_admin(request))
+            answer = await run_in_threadpool(service.ask, body.question, actor, _role(request))
         except Busy:
             return JSONResponse({"error": "the agent is answering other questions; retry"},
                                 status_code=429, headers={"Retry-After": "5"})
         return JSONResponse(answer.model_dump(mode="json"))
 
-    @router.post("/v1/slack/command")
+    @router.post("/v1/slack/command", dependencies=[guards("slack")])
     async def slack_command(request: Request) -> JSONResponse:
         if not settings.slack_signing_secret:
             return JSONResponse({"error": "the Slack endpoint is off: set "
@@ -136,31 +238,40 @@ def make_router(service: AgentService, is_admin: Callable[[Request], bool]) -> A
                 body, stamp, request.headers.get("x-slack-signature", "")):
             return JSONResponse({"error": "invalid or expired Slack signature"},
                                 status_code=401)
+        wait = seen.use(request.headers.get("x-slack-signature", ""), int(stamp))
+        if wait == 0:
+            return JSONResponse({"error": "replayed request"}, status_code=401)
+        if wait is not None:
+            return JSONResponse({"error": "too many Slack requests in five minutes; retry"},
+                                status_code=503,
+                                headers={"Retry-After": str(math.ceil(wait))})
         form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
         text = form.get("text", "").strip()[:2000]
         url = form.get("response_url", "")
-        user = "".join(c for c in form.get("user_name", "slack") if c.isalnum() or c in "._-")
+        # The user id decides (a display name is anyone's to choose); unmapped: viewer.
+        user_id = form.get("user_id", "")
+        user = user_id if _SLACK_USER_ID.match(user_id) else "unknown"
+        role = roles.get(user, Role.VIEWER)
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or (parts.hostname or "").lower() not in hosts:
             return JSONResponse({"error": f"response_url host {parts.hostname!r} is not "
                                  "allowed (AIOPS_SLACK_RESPONSE_HOSTS)"}, status_code=400)
         if not text:
             text = "help"
-        threading.Thread(target=_follow_up, args=(service, text, f"slack:{user or 'slack'}",
-                                                  url), daemon=True,
-                         name="slack-follow-up").start()
+        threading.Thread(target=_follow_up, args=(service, text, f"slack:{user}", role, url),
+                         daemon=True, name="slack-follow-up").start()
         return JSONResponse({"response_type": "ephemeral",
                              "text": f"Looking into: {text}"})
 
     return router
 
 
-def _follow_up(service: AgentService, text: str, actor: str, url: str) -> None:
+def _follow_up(service: AgentService, text: str, actor: str, role: Role, url: str) -> None:
     """Answer, then post it where Slack said; a failure to post is logged (Slack shows
     nothing more, and the question can be asked again)."""
     started = time.monotonic()
     try:
-        answer = service.ask(text, actor, may_act=True)
+        answer = service.ask(text, actor, role)
         message = {"response_type": "in_channel", "text": answer.text}
     except Busy:
         message = {"response_type": "ephemeral",

@@ -214,8 +214,9 @@ class Toolbox:
         if len(sql) > 10_000:
             return self._fail("run_sql", params, "query over 10,000 characters")
         try:
-            result = self.store.query(sql, [], self.limits.sql_rows,
-                                      timeout_s=self.limits.sql_timeout_s)
+            # Text an LLM wrote is untrusted (prompt injection): the guarded read path.
+            result = self.store.query_untrusted(sql, [], self.limits.sql_rows,
+                                                self.limits.sql_timeout_s, 4 * 2**20)
         except AIOpsError as exc:
             return self._fail("run_sql", params, str(exc))
         return {"columns": result.columns,

@@ -15,6 +15,7 @@ from rich.table import Table
 from aiops.config import Settings, load_settings, settings_reference
 from aiops.errors import AIOpsError
 from aiops.schema import schema_reference
+from aiops.tokens_cli import app as token_app
 
 __all__ = ["app"]
 
@@ -22,11 +23,13 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Observability and AIOps for AI model serving.")
 config_app = typer.Typer(no_args_is_help=True, help="Show or document the configuration.")
 app.add_typer(config_app, name="config")
+app.add_typer(token_app, name="token")
 
 def _mount_optional() -> None:
     """Commands whose modules live beside the core (the agent, dashboards as code,
     Kubernetes)."""
     from agents.cli import ask, evaluate
+    from aiops.credentials import app as credentials_app
     from aiops.k8s.cli import app as k8s_app
     from dashboards.cli import app as dashboards_app
 
@@ -34,6 +37,7 @@ def _mount_optional() -> None:
     app.command("eval")(evaluate)
     app.add_typer(dashboards_app, name="dashboards")
     app.add_typer(k8s_app, name="k8s")
+    app.add_typer(credentials_app, name="credentials")
 
 
 _mount_optional()
@@ -69,8 +73,10 @@ def server(ctx: typer.Context) -> None:
     """Run the aiops server (OTLP receiver, SQL API, /metrics) in the foreground."""
     import uvicorn
 
+    from aiops.auth import ADMIN_TOKEN_FILE, ensure_secret
     from aiops.logs import configure_json_logging
     from aiops.server.app import create_app
+    from aiops.server.limits import limit_memory
     from aiops.store import Store
     from aiops.tls import server_ssl_options
 
@@ -80,14 +86,20 @@ def server(ctx: typer.Context) -> None:
         ssl_options = server_ssl_options(settings)
     except AIOpsError as exc:
         raise _fail(exc, 2) from exc
+    limit_memory(settings.server_memory_mb)
     try:
         store = Store(settings.db_path, memory_limit_mb=settings.duckdb_memory_mb)
-    except AIOpsError as exc:
-        raise _fail(exc) from exc
+        if not settings.admin_token:
+            ensure_secret(settings.data_dir / ADMIN_TOKEN_FILE)
+    except (AIOpsError, OSError) as exc:
+        raise _fail(AIOpsError(str(exc))) from exc
     try:
         uvicorn.run(create_app(settings, store), host=settings.server_host,
                     port=settings.server_port, log_level=settings.log_level.lower(),
-                    access_log=False, log_config=None, **ssl_options)
+                    access_log=False, log_config=None,
+                    # In-flight requests get 5 s after SIGTERM; then the queries still running
+                    # are interrupted as the store closes (a query never holds shutdown).
+                    timeout_graceful_shutdown=5, **ssl_options)
     finally:
         store.close()
 
@@ -296,8 +308,15 @@ def demo(
 
 @config_app.command("show")
 def config_show(ctx: typer.Context) -> None:
-    """Print the effective configuration."""
-    typer.echo(_settings(ctx).model_dump_json(indent=2))
+    """Print the effective configuration; secrets (``SECRET_SETTINGS``) show only whether
+    they are set."""
+    from aiops.config import SECRET_SETTINGS
+
+    shown = json.loads(_settings(ctx).model_dump_json())
+    for name in SECRET_SETTINGS & shown.keys():
+        if shown[name]:
+            shown[name] = "*** (set, redacted)"
+    typer.echo(json.dumps(shown, indent=2))
 
 
 @config_app.command("docs")
@@ -440,6 +459,45 @@ def bench_mttr(runs: Annotated[int, typer.Option(help="Fault/recovery cycles.")]
     console.print(t)
 
 
+@bench_app.command("durability")
+def bench_durability(
+    rounds: Annotated[int, typer.Option(help="Ingest rounds, each ended by SIGKILL.")] = 5,
+    seconds: Annotated[float, typer.Option(help="Seconds of ingest before each kill.")] = 6.0,
+    spans_per_request: Annotated[int, typer.Option(help="Spans in one request.")] = 2000,
+    read_timeout_s: Annotated[float, typer.Option(help="Server's ingest read deadline.")] = 10.0,
+    attack_s: Annotated[float, typer.Option(help="Seconds of exports beside slow uploads.")]
+    = 15.0,
+) -> None:
+    """Acknowledged spans across kill -9 restarts; overload past a small ingest budget; slow
+    uploads announcing big bodies."""
+    from aiops.bench.durability import run_durability, run_overload, run_slow_upload, tally
+
+    d = run_durability(rounds, seconds, 4, spans_per_request)
+    t = Table("figure", "value", title=f"durability: {rounds} rounds of 4 clients, SIGKILL "
+                                       f"after {seconds:g} s, restart on the same data")
+    t.add_row("spans acknowledged (HTTP 200)", f"{d.acked_spans:,}")
+    t.add_row("acknowledged spans lost", f"{d.lost:,}")
+    t.add_row("spans/s during the rounds", f"{d.spans_per_s:,.0f}")
+    console.print(t)
+    o = run_overload()
+    t = Table("figure", "value", title="overload: 8 MiB ingest budget, 64 MiB DuckDB, 8 clients "
+                                       f"x 25 requests of {o.request_bytes / 2**20:.2f} MiB")
+    t.add_row("200 / 503 / other", tally(o.statuses))
+    t.add_row("Retry-After on every 503", str(o.retry_after_on_every_503))
+    t.add_row("aiops_ingest_buffer_peak_bytes (MiB)", f"{o.buffer_peak_bytes / 2**20:.2f}")
+    t.add_row("server RSS growth, VmHWM - baseline (MiB)", f"{o.rss_growth_mib:.0f}")
+    t.add_row("a small export right after", str(o.status_after))
+    console.print(t)
+    s = run_slow_upload(read_timeout_s, attack_s)
+    t = Table("figure", "value", title=f"slow uploads: 2 announcing {s.announced_bytes:,} bytes, "
+                                       f"10 sent; 4 clients exporting for {attack_s:g} s")
+    t.add_row("valid exports 200 / 503 / other", tally(s.statuses))
+    for i, (head, after) in enumerate(s.cut_off, 1):
+        t.add_row(f"slow upload {i} (read deadline {read_timeout_s:g} s)",
+                  f"{head} after {after:.1f} s")
+    console.print(t)
+
+
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 DatasetsOption = Annotated[Path, typer.Option(
     help="Root of the public corpora (nezha/, rcd_sockshop/, loghub2k/, nab/, published/).")]
@@ -499,6 +557,7 @@ def bench_all() -> None:
     else:
         bench_ebpf()
     bench_mttr()
+    bench_durability()
     if (DATASETS / "nezha").is_dir():
         bench_rca()
         bench_logs()

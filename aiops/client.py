@@ -11,7 +11,7 @@ from aiops.config import Settings
 from aiops.errors import AIOpsError, StackError
 from aiops.tls import client_verify
 
-__all__ = ["QueryFailed", "ServerClient", "error_message"]
+__all__ = ["QueryFailed", "ServerClient", "client_token", "error_message"]
 
 
 def error_message(resp: httpx.Response) -> str:
@@ -25,20 +25,36 @@ def error_message(resp: httpx.Response) -> str:
     return str(body.get("error") or body.get("detail") or resp.text)
 
 
+def client_token(settings: Settings) -> str | None:
+    """The token aiops' own clients send: ``AIOPS_TOKEN``, else the admin token's file."""
+    if settings.token:
+        return settings.token
+    from aiops.lifecycle import admin_token  # the lifecycle client imports this module
+
+    try:
+        return admin_token(settings)
+    except StackError:
+        return None
+
+
 class QueryFailed(AIOpsError):
     """The server refused or failed a query; the message is the server's."""
 
 
 class ServerClient:
     def __init__(self, base_url: str, transport: httpx.BaseTransport | None = None,
-                 timeout_s: float = 30.0, verify: ssl.SSLContext | bool = True) -> None:
-        self._http = httpx.Client(base_url=base_url, transport=transport, timeout=timeout_s,
-                                  verify=verify)
+                 timeout_s: float = 30.0, verify: ssl.SSLContext | bool = True,
+                 token: str | None = None) -> None:
+        self._http = httpx.Client(
+            base_url=base_url, transport=transport, timeout=timeout_s, verify=verify,
+            headers={"authorization": f"Bearer {token}"} if token else None)
 
     @classmethod
     def of(cls, settings: Settings, timeout_s: float = 30.0) -> ServerClient:
-        """A client of the server these settings describe (its URL and TLS trust)."""
-        return cls(settings.server_url, timeout_s=timeout_s, verify=client_verify(settings))
+        """A client of the server these settings describe (its URL, TLS trust and token:
+        ``AIOPS_TOKEN``, else the admin token where this machine has it, else none)."""
+        return cls(settings.server_url, timeout_s=timeout_s, verify=client_verify(settings),
+                   token=client_token(settings))
 
     def sql(self, query: str, params: list[Any] | None = None,
             limit: int | None = None) -> dict[str, Any]:

@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     duckdb_memory_mb: int = Field(
         1024, ge=64, description="DuckDB's buffer pool limit (cached database blocks; beyond "
         "it DuckDB evicts to disk).")
+    server_memory_mb: int = Field(
+        6144, ge=0, description="Cap on the aiops server's data memory (RLIMIT_DATA): an "
+        "allocation past it fails (that query or request gets an error) instead of the "
+        "kernel's OOM killer ending the server; 0: no cap.")
     ingest_memory_mb: int = Field(
         256, ge=8, description="Memory for OTLP bodies and decoded batches in flight; beyond "
         "it requests get a retryable 503 (Retry-After).")
@@ -85,6 +89,25 @@ class Settings(BaseSettings):
     sql_row_limit: int = Field(
         10_000, ge=1, description="Most rows the read-only SQL endpoint returns for one query."
     )
+    sql_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="Longest read-only SQL query (HTTP API and "
+        "dashboards); it is interrupted after this and its thread freed (HTTP 408).")
+    sql_max_result_bytes: int = Field(
+        32 * 1024 * 1024, ge=1024, description="Largest result of one read-only SQL query "
+        "(Arrow bytes); a larger one is stopped (HTTP 413).")
+    sql_max_concurrent: int = Field(
+        4, ge=1, le=64, description="Read-only SQL queries run at once, on their own threads "
+        "(never the ingest path's); more get a retryable 429.")
+    ingest_read_timeout_s: float = Field(
+        10.0, gt=0, description="Longest time to receive one OTLP request body; a slower "
+        "upload gets HTTP 408 and its budget back.")
+    anonymous_on_loopback: bool = Field(
+        True, description="While the server binds only a loopback address, a request "
+        "without a token is a viewer and may export telemetry (never provenance). Beyond "
+        "loopback every request needs a token, whatever this says.")
+    token: str = Field(
+        "", description="Bearer token aiops clients (CLI, `aiops ask`, dashboards push) send "
+        "to the server; empty: the admin token when this machine has it.")
     log_level: str = Field("INFO", description="Log level of aiops processes.")
 
     # Ray and the Serve application.
@@ -184,6 +207,9 @@ class Settings(BaseSettings):
     slack_signing_secret: str = Field(
         "", description="Signing secret of the Slack app; empty disables the Slack "
         "slash-command endpoint (`/v1/slack/command`).")
+    slack_user_roles: str = Field(
+        "", description="Roles of Slack users by Slack user id (not name): `U123=admin,"
+        "U456=operator`. Anyone else may only ask (viewer): no proposals, no approvals.")
     slack_response_hosts: str = Field(
         "hooks.slack.com", description="Comma-separated hosts a Slack `response_url` may "
         "point at (the follow-up answer is posted there; anything else is refused).")
@@ -215,6 +241,15 @@ class Settings(BaseSettings):
             except OSError as exc:
                 raise ValueError(f"{name}: {path} is not a readable file "
                                  f"({exc.strerror or exc})") from exc
+        return self
+
+    @model_validator(mode="after")
+    def _token_lengths(self) -> Settings:
+        """A configured token is a secret only if it cannot be guessed."""
+        for name in ("admin_token", "token"):
+            value = getattr(self, name)
+            if value and len(value) < 16:
+                raise ValueError(f"{name} must be at least 16 characters (got {len(value)})")
         return self
 
     @property
@@ -297,3 +332,10 @@ def settings_reference() -> str:
         f"| `{CONFIG_FILE_ENV}` | (none) | Path of a TOML file with any of the settings above. |"
     )
     return "\n".join(lines) + "\n"
+
+
+# Settings whose values are secrets: `aiops config show` (and anything else that prints or
+# logs the configuration) shows only whether they are set. A test checks that every setting
+# named like a token, key, secret or password is here or is known not to be one.
+SECRET_SETTINGS: frozenset[str] = frozenset({
+    "admin_token", "api_keys", "token", "agent_llm_api_key", "slack_signing_secret"})

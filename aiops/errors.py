@@ -4,7 +4,10 @@
     ├── ConfigError            bad configuration file or environment value
     ├── StoreError             DuckDB store problems
     │   ├── SchemaMismatch     an Arrow batch does not fit its declared table
-    │   └── QueryRejected      a read-only query asked to write, or is not one statement
+    │   ├── QueryRejected      a read-only query asked to write, or is not one statement
+    │   ├── QueryTimeout       a read-only query ran past its time limit (interrupted)
+    │   ├── ResultTooLarge     a read-only query's result passed its byte limit
+    │   └── QueryBusy          every read-only query slot is taken (retryable)
     ├── DecodeError            an OTLP body could not be decoded (maps to HTTP 400)
     │   └── UnsupportedMediaType  the content type is not OTLP protobuf or JSON (HTTP 415)
     ├── PayloadTooLarge        a body exceeds the configured limit (HTTP 413)
@@ -23,8 +26,10 @@ __all__ = [
     "DecodeError",
     "ModelError",
     "PayloadTooLarge",
+    "QueryBusy",
     "QueryRejected",
     "QueryTimeout",
+    "ResultTooLarge",
     "SchemaMismatch",
     "StackError",
     "StoreError",
@@ -54,6 +59,14 @@ class QueryRejected(StoreError):
 
 class QueryTimeout(StoreError):
     """A read-only query ran past its time limit and was interrupted."""
+
+
+class ResultTooLarge(StoreError):
+    """A read-only query's result grew past the byte limit; it was stopped."""
+
+
+class QueryBusy(StoreError):
+    """Every read-only query slot is taken; retry shortly."""
 
 
 class DecodeError(AIOpsError):

@@ -4,23 +4,32 @@ Entry ``n`` stores ``hash_n = sha256(prev_hash || seq || canonical_json(entry))`
 ``prev_hash = hash_{n-1}`` (64 zeros for the first). The writer also keeps the chain's head
 (seq and hash) in an anchor file outside the database, so that cutting entries off the end is
 detected too. ``verify_chain`` says what is wrong and where: a modified entry (its hash no
-longer matches), a deleted, inserted or reordered one (the sequence or the links break), a
-truncated tail (the anchor is ahead of the table).
+longer matches), a modified column (every column other than seq, entry, prev_hash and hash is
+filled from the entry's key of the same name, so each must still equal what the hashed entry
+says), a deleted, inserted or reordered one (the sequence or the links break), a truncated tail
+(the anchor is ahead of the table).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GENESIS", "PROVENANCE_EVENT", "Anchor", "ChainProblem", "canonical", "link",
-           "verify_chain", "verify_table"]
+import pyarrow as pa
+
+from aiops.schema import Column, Kind, table
+
+__all__ = ["CHAIN_COLUMNS", "GENESIS", "PROVENANCE_EVENT", "Anchor", "ChainProblem",
+           "canonical", "entry_columns", "link", "verify_chain", "verify_table"]
 
 GENESIS = "0" * 64
+# The columns of a chained table that the chain itself consists of; every other column is
+# filled from the entry's key of the same name (``aiops.store._link_entries``).
+CHAIN_COLUMNS = ("seq", "entry", "prev_hash", "hash")
 # Event name of the OTLP log records that carry provenance entries to the server.
 PROVENANCE_EVENT = "aiops.provenance"
 
@@ -63,13 +72,55 @@ class Anchor:
         return int(doc["seq"]), str(doc["hash"])
 
 
-def verify_chain(rows: Iterable[tuple[int, str, str, str]],
-                 anchor: tuple[int, str] | None = None) -> list[ChainProblem]:
-    """Check rows ``(seq, entry_json, prev_hash, hash)`` in stored order (by seq)."""
+def entry_columns(table_name: str) -> list[Column]:
+    """The columns of a chained table that repeat a key of the entry (all but the chain's)."""
+    return [c for c in table(table_name).columns if c.name not in CHAIN_COLUMNS]
+
+
+_UNREPRESENTABLE = object()
+# Entry values that a column of this kind stores unchanged (no Arrow conversion needed).
+_PLAIN: dict[Kind, tuple[type, ...]] = {
+    Kind.VARCHAR: (str,), Kind.JSON: (str,), Kind.BIGINT: (int,), Kind.INTEGER: (int,),
+    Kind.TIMESTAMP: (int,), Kind.DOUBLE: (float,), Kind.BOOLEAN: (bool,)}
+
+
+def _stored(column: Column, value: Any) -> Any:
+    """What the column holds for an entry value, as ``verify_table`` reads it back
+    (timestamps as integer ns): the writer's Arrow conversion of the value."""
+    if value is None or (type(value) in _PLAIN.get(column.kind, ())):
+        return value
+    try:
+        scalar = pa.scalar(value, type=column.kind.arrow)
+        if column.kind is Kind.TIMESTAMP:
+            scalar = scalar.cast(pa.int64())
+        return scalar.as_py()
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return _UNREPRESENTABLE
+
+
+def _column_problems(seq: int, entry_json: str, columns: Sequence[Column],
+                     values: Sequence[Any]) -> list[ChainProblem]:
+    try:
+        entry = json.loads(entry_json)
+    except ValueError:
+        entry = None
+    if not isinstance(entry, dict):
+        return [ChainProblem(seq, "modified", "its entry is not a JSON object")]
+    return [ChainProblem(seq, "modified", f"its {c.name} column does not match its entry")
+            for c, value in zip(columns, values, strict=True)
+            if value != _stored(c, entry.get(c.name))]
+
+
+def verify_chain(rows: Iterable[Sequence[Any]], anchor: tuple[int, str] | None = None,
+                 columns: Sequence[Column] = ()) -> list[ChainProblem]:
+    """Check rows ``(seq, entry_json, prev_hash, hash, *values)`` in stored order (by seq),
+    where ``values`` are those of ``columns`` (timestamps as integer ns), each of which must
+    equal the entry's key of the same name."""
     problems: list[ChainProblem] = []
     expected_seq, prev = 1, GENESIS
     last_seq, last_hash = 0, GENESIS
-    for seq, entry_json, prev_hash, hash_ in rows:
+    for row in rows:
+        seq, entry_json, prev_hash, hash_ = row[:4]
         if seq != expected_seq:
             if seq > expected_seq:
                 problems.append(ChainProblem(expected_seq, "missing",
@@ -83,6 +134,9 @@ def verify_chain(rows: Iterable[tuple[int, str, str, str]],
         if link(prev_hash, seq, entry_json) != hash_:
             problems.append(ChainProblem(seq, "modified",
                                          "its content does not match its hash"))
+        elif columns:
+            # Only an entry its hash vouches for can vouch for the columns.
+            problems.extend(_column_problems(seq, entry_json, columns, row[4:]))
         expected_seq, prev = seq + 1, hash_
         last_seq, last_hash = seq, hash_
     if anchor is not None:
@@ -104,17 +158,20 @@ def verify_table(store: Any, table_name: str) -> dict[str, Any]:
     """Verify a hash-chained table of a ``Store`` against its anchor; a report dict."""
     if table_name not in CHAINED_TABLES:
         raise ValueError(f"{table_name!r} is not a hash-chained table ({CHAINED_TABLES})")
-    rows = store.iter_rows(f"SELECT seq, entry, prev_hash, hash FROM {table_name} ORDER BY seq")
+    columns = entry_columns(table_name)
+    selected = ", ".join([*CHAIN_COLUMNS, *(f"epoch_ns({c.name})" if c.kind is Kind.TIMESTAMP
+                                            else c.name for c in columns)])
+    rows = store.iter_rows(f"SELECT {selected} FROM {table_name} ORDER BY seq")
     anchor = store.anchor(table_name)
     head = anchor.read() if anchor is not None else None
     count = 0
 
-    def counted() -> Iterable[tuple[int, str, str, str]]:
+    def counted() -> Iterable[Sequence[Any]]:
         nonlocal count
         for r in rows:
             count += 1
             yield r
 
-    problems = verify_chain(counted(), head)
+    problems = verify_chain(counted(), head, columns)
     return {"table": table_name, "entries": count, "anchored": head is not None,
             "ok": not problems, "problems": [str(p) for p in problems]}

@@ -8,14 +8,13 @@ from typing import Any
 
 import httpx
 
+from aiops.auth import ADMIN_TOKEN_FILE
 from aiops.client import error_message
 from aiops.config import Settings
 from aiops.errors import AIOpsError, StackError
 
 __all__ = ["ADMIN_TOKEN_FILE", "LifecycleClient", "LifecycleError", "admin_token"]
 
-# Written by the Serve driver when AIOPS_ADMIN_TOKEN is empty (see serve.runner).
-ADMIN_TOKEN_FILE = "admin.token"
 
 
 class LifecycleError(AIOpsError):
@@ -95,7 +94,10 @@ def admin_token(settings: Settings) -> str:
         return settings.admin_token
     path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
     try:
-        return path.read_text().strip()
+        token = path.read_text().strip()
     except OSError as exc:
         raise StackError(f"no admin token: set AIOPS_ADMIN_TOKEN or start the stack "
                          f"(`aiops up`), which writes {path}") from exc
+    if not token:
+        raise StackError(f"the admin token file {path} is empty")
+    return token

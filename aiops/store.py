@@ -20,7 +20,14 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from aiops.errors import QueryRejected, QueryTimeout, SchemaMismatch, StoreError
+from aiops import sqlguard
+from aiops.errors import (
+    QueryRejected,
+    QueryTimeout,
+    ResultTooLarge,
+    SchemaMismatch,
+    StoreError,
+)
 from aiops.ledger import GENESIS, Anchor, canonical, link
 from aiops.migrations import apply_migrations
 from aiops.schema import Table, table
@@ -55,6 +62,11 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"cannot open DuckDB database {path}: {exc}") from exc
         self._write_lock = threading.Lock()
+        # Cursors of untrusted queries in flight, interrupted when the store closes.
+        self._active: set[duckdb.DuckDBPyConnection] = set()
+        self._active_lock = threading.Lock()
+        self._closing = False
+        self._catalog_cache: sqlguard.Catalog | None = None
         self.schema_version = apply_migrations(self._conn)
         # Queries come from HTTP clients: no SQL may read or write files outside the database
         # (read_csv('/etc/...'), COPY, ATTACH, extensions) except the Parquet archive of
@@ -221,6 +233,77 @@ class Store:
         truncated = limit is not None and len(rows) > limit
         return QueryResult(columns, types, rows[:limit] if truncated else rows, truncated)
 
+    def query_untrusted(
+        self, sql: str, params: list[Any] | None, limit: int, timeout_s: float,
+        max_bytes: int,
+    ) -> QueryResult:
+        """Run SQL from outside the process (HTTP API, Grafana, the agent) so that it cannot
+        change anything: ``sqlguard`` admits one SELECT over the store's tables with no file,
+        settings or state-changing function, and the statement runs in a ``READ ONLY``
+        transaction, so DuckDB itself refuses any write whatever the check missed. It is
+        interrupted after ``timeout_s`` (QueryTimeout) and stopped once its rows pass
+        ``max_bytes`` (ResultTooLarge); either way its cursor and thread are released.
+        """
+        cur = self._conn.cursor()
+        with self._active_lock:
+            if self._closing:
+                cur.close()
+                raise StoreError("the store is closing")
+            self._active.add(cur)
+        timer = threading.Timer(timeout_s, cur.interrupt)
+        timer.start()
+        try:
+            count = len(cur.extract_statements(sql))
+            if count != 1:
+                raise QueryRejected(f"expected exactly one statement, got {count}")
+            sqlguard.check(sql, lambda q: str((cur.execute(
+                "SELECT json_serialize_sql(?)", [q]).fetchone() or ("",))[0]),
+                self._catalog(cur))
+            cur.execute("BEGIN TRANSACTION READ ONLY")
+            rel = cur.execute(sql, params or [])
+            columns = [d[0] for d in rel.description or []]
+            types = [str(d[1]) for d in rel.description or []]
+            rows: list[tuple[Any, ...]] = []
+            size = 0
+            while len(rows) <= limit and (chunk := rel.fetchmany(min(256, limit + 1))):
+                size += sum(_approx_bytes(r) for r in chunk)
+                if size > max_bytes:
+                    raise ResultTooLarge(f"the result passed {max_bytes} bytes: select fewer "
+                                         "rows or columns, or aggregate")
+                rows.extend(chunk)
+        except duckdb.InterruptException as exc:
+            if self._closing:
+                raise StoreError("query interrupted: the server is shutting down") from exc
+            raise QueryTimeout(f"query interrupted after {timeout_s:g} s") from exc
+        except duckdb.TransactionException as exc:
+            raise QueryRejected(f"this query would write: {exc}") from exc
+        except duckdb.Error as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+        finally:
+            timer.cancel()
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
+            cur.close()
+            with self._active_lock:
+                self._active.discard(cur)
+        truncated = len(rows) > limit
+        return QueryResult(columns, types, rows[:limit], truncated)
+
+    def _catalog(self, cur: duckdb.DuckDBPyConnection) -> sqlguard.Catalog:
+        if self._catalog_cache is None:
+            own = cur.execute(
+                "SELECT lower(table_name) FROM duckdb_tables() WHERE database_name = "
+                "current_database() AND schema_name = 'main' UNION SELECT lower(view_name) "
+                "FROM duckdb_views() WHERE database_name = current_database() AND "
+                "schema_name = 'main' AND NOT internal").fetchall()
+            engine = cur.execute(
+                "SELECT lower(view_name) FROM duckdb_views() WHERE internal UNION SELECT "
+                "lower(table_name) FROM duckdb_tables() WHERE internal").fetchall()
+            tables = frozenset(r[0] for r in own)
+            self._catalog_cache = sqlguard.Catalog(tables, frozenset(r[0] for r in engine)
+                                                   - tables)
+        return self._catalog_cache
+
     def query_arrow(self, sql: str, params: list[Any] | None = None) -> pa.Table:
         """Run one read-only statement and return all rows as an Arrow table."""
         self._check_read_only(sql)
@@ -253,6 +336,12 @@ class Store:
         self.query("SELECT 1")
 
     def close(self) -> None:
+        """Interrupt the untrusted queries still running, then close the database."""
+        with self._active_lock:
+            self._closing = True
+            for cur in list(self._active):
+                with contextlib.suppress(duckdb.Error):
+                    cur.interrupt()
         with self._write_lock:
             self._conn.close()
 
@@ -268,6 +357,17 @@ class Store:
             raise QueryRejected(f"only SELECT queries are allowed here, not {kind.name}")
 
 
+def _approx_bytes(value: Any) -> int:
+    """About how many bytes a fetched value takes: its text or bytes, or a machine word."""
+    if isinstance(value, str | bytes | bytearray):
+        return len(value)
+    if isinstance(value, tuple | list):
+        return 8 + sum(_approx_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return 8 + sum(_approx_bytes(k) + _approx_bytes(v) for k, v in value.items())
+    return 8
+
+
 # Time-series tables and the column retention ages them by.
 _TIME_COLUMNS = {"spans": "start_time", "logs": "time", "metric_points": "time"}
 TIME_SERIES_TABLES = tuple(_TIME_COLUMNS)
@@ -276,7 +376,9 @@ TIME_SERIES_TABLES = tuple(_TIME_COLUMNS)
 def _link_entries(t: Table, entries: list[dict[str, Any]], seq: int, prev: str
                   ) -> tuple[pa.Table, tuple[int, str]]:
     """Rows for ``entries`` chained after (seq, prev). Each entry's own keys fill the
-    table's columns; the whole entry is the canonical JSON the hash covers."""
+    table's columns; the whole entry is the canonical JSON the hash covers. No column holds
+    anything but the entry's key of its name (or the chain's own seq, entry, prev_hash,
+    hash): that is how ``aiops.ledger.verify_chain`` covers every column with the hash."""
     rows = []
     for entry in entries:
         seq += 1

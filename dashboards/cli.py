@@ -97,6 +97,10 @@ def push(
     prometheus_url: PrometheusOption = DEFAULT_PROMETHEUS_URL,
     server_url: ServerOption = DEFAULT_SERVER_URL,
     server_ca: ServerCaOption = None,
+    server_token: Annotated[str | None, typer.Option(
+        envvar="AIOPS_GRAFANA_SERVER_TOKEN",
+        help="Viewer token the API datasource sends the aiops server (needed beyond "
+        "loopback; make one with `aiops token add grafana --role viewer`).")] = None,
 ) -> None:
     """Upload the dashboards (and datasources) to a running Grafana."""
     from dashboards.generate import GENERATED
@@ -111,7 +115,8 @@ def push(
     try:
         report = push_dashboards(url, token, boards,
                                  (prometheus_url, server_url) if datasources else None,
-                                 progress=console.log, server_ca=_pem(server_ca))
+                                 progress=console.log, server_ca=_pem(server_ca),
+                                 server_token=server_token)
     except AIOpsError as exc:
         raise _fail(exc) from exc
     console.print(f"pushed {len(report.dashboards)} dashboard(s) and "

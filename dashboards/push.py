@@ -33,7 +33,8 @@ class PushReport:
 def push(url: str, token: str | None, dashboards: dict[str, str],
          datasource_urls: tuple[str, str] | None = None,
          progress: Callable[[str], None] = lambda _: None,
-         api: GrafanaApi | None = None, server_ca: str | None = None) -> PushReport:
+         api: GrafanaApi | None = None, server_ca: str | None = None,
+         server_token: str | None = None) -> PushReport:
     """Upload ``dashboards`` (file name -> JSON text) into the ``aiops`` folder; with
     ``datasource_urls`` (Prometheus URL, aiops server URL) create or update the datasources
     first (``server_ca``: the PEM CA of an https server). ``token`` is a service-account
@@ -42,7 +43,7 @@ def push(url: str, token: str | None, dashboards: dict[str, str],
     report = PushReport()
     try:
         if datasource_urls is not None:
-            for ds in datasources(*datasource_urls, server_ca):
+            for ds in datasources(*datasource_urls, server_ca, server_token):
                 _upsert_datasource(grafana, ds)
                 report.datasources.append(ds["uid"])
                 progress(f"datasource {ds['name']} ({ds['uid']})")

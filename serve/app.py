@@ -122,7 +122,10 @@ def deploy_config(specs: list[ModelSpec], telemetry: TelemetryConfig,
     trust = trust or Trust()
     trust_args = {"strict": trust.strict, "keys": [str(k) for k in trust.keys]}
     tele = {"endpoint": telemetry.endpoint, "export_interval_s": telemetry.export_interval_s,
-            "provenance": telemetry.provenance, "certificate_file": telemetry.certificate_file}
+            "provenance": telemetry.provenance, "certificate_file": telemetry.certificate_file,
+            # The stack's ingest credential travels in the Serve config (readable by whoever
+            # holds Ray's own token, who can redeploy anything anyway).
+            "token": telemetry.token}
     apps: list[dict[str, Any]] = [{
         "name": APP_NAME, "route_prefix": "/", "import_path": "serve.app:ingress_app",
         "args": {**ingress_args, "telemetry": tele},

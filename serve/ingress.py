@@ -127,7 +127,8 @@ class Ingress:
     def __init__(self, args: dict[str, Any]) -> None:
         tele = args["telemetry"]
         self.telemetry_config = TelemetryConfig(tele["endpoint"], tele["export_interval_s"],
-                                                certificate_file=tele.get("certificate_file"))
+                                                certificate_file=tele.get("certificate_file"),
+                                                token=tele.get("token"))
         self.api_keys = tuple(args.get("api_keys", ()))
         self.max_request_bytes = int(args.get("max_request_bytes", 20 * 2**20))
         self.sticky_header = "x-aiops-session"

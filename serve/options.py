@@ -20,12 +20,14 @@ class ServeOptions:
     max_request_bytes: int = 20 * 1024 * 1024
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ServeOptions:
+    def from_settings(cls, settings: Settings, ingest_token: str | None = None) -> ServeOptions:
+        """``ingest_token``: the serving stack's credential its exporters send."""
         return cls(
             specs=tuple(load_specs(settings.models_file or DEFAULT_SPECS_FILE)),
             telemetry=TelemetryConfig(
                 settings.server_url, settings.otlp_export_interval_s,
-                certificate_file=str(settings.server_tls_ca) if settings.server_tls_ca else None),
+                certificate_file=str(settings.server_tls_ca) if settings.server_tls_ca else None,
+                token=ingest_token),
             api_keys=tuple(k.strip() for k in settings.api_keys.split(",") if k.strip()),
             max_request_bytes=settings.max_request_bytes,
         )

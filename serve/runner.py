@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 import signal
 import threading
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from aiops.auth import ADMIN_TOKEN_FILE, ensure_secret, stack_credential
 from aiops.config import Settings, load_settings
 from aiops.logs import configure_json_logging
 from collectors.ebpf.attribution import REPLICAS_FILE
@@ -41,7 +41,6 @@ __all__ = ["READY_FILE", "ServeWatcher", "main", "run"]
 log = logging.getLogger(__name__)
 
 READY_FILE = "serve.ready"
-ADMIN_TOKEN_FILE = "admin.token"  # read by aiops.lifecycle
 STATE_FILE = "serve-state.json"
 POLL_S = 2.0
 
@@ -173,14 +172,11 @@ def replica_tester(spec: ModelSpec) -> dict[str, Any]:
 
 
 def admin_token(settings: Settings) -> str:
-    """The control plane's token: configured, or generated and left for the CLI (0600)."""
+    """The control plane's token: configured, or generated once and kept for the CLI (0600,
+    written whole: never readable empty)."""
     if settings.admin_token:
         return settings.admin_token
-    path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
-    token = secrets.token_urlsafe(24)
-    path.touch(mode=0o600, exist_ok=True)
-    path.write_text(token)
-    return token
+    return ensure_secret(Path(settings.data_dir) / ADMIN_TOKEN_FILE)
 
 
 def run(settings: Settings, stop: threading.Event) -> None:
@@ -189,7 +185,9 @@ def run(settings: Settings, stop: threading.Event) -> None:
     from ray import serve
     from ray.serve._private.api import serve_start
 
-    options = ServeOptions.from_settings(settings)  # bad specs fail before Ray starts
+    # bad specs fail before Ray starts; the exporters carry the stack's own ingest credential
+    options = ServeOptions.from_settings(
+        settings, ingest_token=stack_credential(Path(settings.data_dir), "serve"))
     ready = Path(settings.data_dir) / READY_FILE
     ready.unlink(missing_ok=True)
     telemetry = Telemetry(options.telemetry, {attrs.SERVICE_NAME: "serve-driver",

@@ -69,6 +69,9 @@ class TelemetryConfig:
     """Emit one provenance record per inference (the server chains them)."""
     certificate_file: str | None = None
     """CA bundle to verify an https receiver against; None: the system's trust store."""
+    token: str | None = None
+    """Bearer token sent with every export (the serving stack's own ingest credential,
+    which alone may write provenance); None: anonymous (loopback only)."""
 
 
 class _PinnedCaSession(requests.Session):
@@ -98,23 +101,25 @@ class Telemetry:
         interval_ms = int(config.export_interval_s * 1000)
         base = config.endpoint.rstrip("/")
         ca = config.certificate_file
+        headers = {"authorization": f"Bearer {config.token}"} if config.token else None
         self.tracer_provider = TracerProvider(resource=res)
         # A larger queue than the default 2048: a burst must not silently drop spans.
         self.tracer_provider.add_span_processor(BatchSpanProcessor(
             OTLPSpanExporter(endpoint=f"{base}/v1/traces", certificate_file=ca,
-                             session=_session(ca)),
+                             session=_session(ca), headers=headers),
             schedule_delay_millis=interval_ms, max_queue_size=65536))
         self.logger_provider = LoggerProvider(resource=res)
         self.logger_provider.add_log_record_processor(BatchLogRecordProcessor(
             OTLPLogExporter(endpoint=f"{base}/v1/logs", certificate_file=ca,
-                            session=_session(ca)),
+                            session=_session(ca), headers=headers),
             schedule_delay_millis=interval_ms, max_queue_size=65536))
         # Trace-based exemplars tie histogram points to the request that produced them.
         self.meter_provider = MeterProvider(
             resource=res, exemplar_filter=TraceBasedExemplarFilter(), metric_readers=[
             PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{base}/v1/metrics",
                                                              certificate_file=ca,
-                                                             session=_session(ca)),
+                                                             session=_session(ca),
+                                                             headers=headers),
                                           export_interval_millis=interval_ms)])
         self.tracer: Tracer = self.tracer_provider.get_tracer("aiops.serve")
         self.meter: Meter = self.meter_provider.get_meter("aiops.serve")

@@ -1,6 +1,7 @@
 """docker-compose.yml hangs together: no Docker engine runs here, so every reference it makes
 is checked against the repository and the settings instead - images pinned, builds and mounted
-paths present, ports the processes' own, addresses pointing at services, healthchecks."""
+paths present, ports the processes' own, addresses pointing at services, healthchecks.
+(Its security - generated secrets, loopback ports - is tests/security/test_defaults.py's.)"""
 
 from __future__ import annotations
 
@@ -35,8 +36,26 @@ def _mounts(service: dict[str, Any]) -> list[tuple[str, str]]:
     return [(v.split(":")[0], v.split(":")[1]) for v in service.get("volumes", [])]
 
 
-def test_the_stack_has_its_five_services() -> None:
-    assert set(SERVICES) == {"aiops", "ray-head", "ebpf", "prometheus", "grafana"}
+def published(port: str) -> tuple[str, str, str]:
+    """(host address, host port, container port) of a ``ports`` entry; a ``${VAR:-default}``
+    address is its default (what an unconfigured ``docker compose up`` binds)."""
+    port = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", port)
+    host, _, rest = port.rpartition(":")
+    address, _, host_port = host.rpartition(":")
+    return address, host_port, rest
+
+
+def _one_shot(service: dict[str, Any]) -> bool:
+    """A service others wait for to complete (compose's init), not a long-running one."""
+    return any((d or {}).get("condition") == "service_completed_successfully"
+               for s in SERVICES.values() for n, d in (s.get("depends_on") or {}).items()
+               if SERVICES.get(n) is service)
+
+
+def test_the_stack_has_its_services() -> None:
+    assert set(SERVICES) == {"init", "aiops", "ray-head", "ebpf", "prometheus", "grafana"}
+    assert [n for n, s in SERVICES.items() if _one_shot(s)] == ["init"]
+    assert SERVICES["init"]["restart"] == "no"
 
 
 @pytest.mark.parametrize("name", sorted(SERVICES))
@@ -70,21 +89,37 @@ def test_mounted_paths_exist_and_named_volumes_are_declared(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(SERVICES))
 def test_every_service_has_a_healthcheck(name: str) -> None:
+    if _one_shot(SERVICES[name]):  # done when it exits 0, which the others wait for
+        return
     assert SERVICES[name]["healthcheck"]["test"]
+
+
+def test_entrypoints_are_in_the_image() -> None:
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    copied = {line.split()[-1].rsplit("/", 1)[-1]: line.split()[1]
+              for line in dockerfile.splitlines() if line.startswith("COPY ")}
+    for name, service in SERVICES.items():
+        for entry in service.get("entrypoint", []):
+            if "/" not in entry and entry in copied:  # a script of deploy/, on PATH
+                script = ROOT / copied[entry]
+                assert script.read_text().startswith("#!/bin/sh"), name
+                assert f"chmod 0755 /usr/local/bin/{entry}" in dockerfile
 
 
 def test_ports_are_the_ones_the_processes_listen_on() -> None:
     defaults = Settings()
     server, serve = _env(SERVICES["aiops"]), _env(SERVICES["ray-head"])
-    assert SERVICES["aiops"]["ports"] == [f"{server['AIOPS_SERVER_PORT']}:"
-                                          f"{server['AIOPS_SERVER_PORT']}"]
+    port = server["AIOPS_SERVER_PORT"]
+    assert [published(p)[1:] for p in SERVICES["aiops"]["ports"]] == [(port, port)]
     assert int(server["AIOPS_SERVER_PORT"]) == defaults.server_port
-    assert SERVICES["ray-head"]["ports"] == [
-        f"{serve['AIOPS_SERVE_PORT']}:{serve['AIOPS_SERVE_PORT']}",
-        f"{serve['AIOPS_CONTROL_PORT']}:{serve['AIOPS_CONTROL_PORT']}"]
-    # Each process binds all interfaces and reaches the server by its service name.
+    assert [published(p)[1:] for p in SERVICES["ray-head"]["ports"]] == [
+        (serve["AIOPS_SERVE_PORT"], serve["AIOPS_SERVE_PORT"]),
+        (serve["AIOPS_CONTROL_PORT"], serve["AIOPS_CONTROL_PORT"])]
+    # Each process binds all interfaces (of its container) and reaches the others by their
+    # service names.
     assert server["AIOPS_SERVER_HOST"] == "0.0.0.0" and serve["AIOPS_SERVE_HOST"] == "0.0.0.0"
     assert serve["AIOPS_SERVER_HOST"] == _env(SERVICES["ebpf"])["AIOPS_SERVER_HOST"] == "aiops"
+    assert server["AIOPS_SERVE_HOST"] == "ray-head"
     assert server["AIOPS_SCRAPE_TARGETS"] == \
         f"ray=http://ray-head:{serve['AIOPS_RAY_METRICS_PORT']}/metrics"
 
@@ -114,7 +149,7 @@ def test_grafana_is_provisioned_from_the_generated_files() -> None:
     urls = {d["type"]: d["url"] for d in
             yaml.safe_load((datasources / "aiops.yaml").read_text())["datasources"]}
     assert urls == {"prometheus": "http://prometheus:9090", INFINITY_PLUGIN: "http://aiops:4318"}
-    assert "9090:9090" in SERVICES["prometheus"]["ports"]
+    assert [published(p)[1:] for p in SERVICES["prometheus"]["ports"]] == [("9090", "9090")]
     plugin, version = grafana["environment"]["GF_INSTALL_PLUGINS"].split()
     assert plugin == INFINITY_PLUGIN and re.fullmatch(r"\d+\.\d+\.\d+", version)
     home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -22,6 +23,10 @@ err_console = Console(stderr=True)
 
 @app.command()
 def render(
+    credentials: Annotated[Path, typer.Option(
+        help="Directory of the deployment's credentials (admin token, ingest tokens, OpenAI "
+        "API key): generated there by the first render (`aiops credentials init`), reused by "
+        "later ones. Keep it, and the output, private.")],
     models: Annotated[Path | None, typer.Option(
         help="Model spec file (default: the packaged one).")] = None,
     image: Annotated[str, typer.Option(help="Image of every aiops container (pinned).")
@@ -31,22 +36,30 @@ def render(
     ebpf: Annotated[bool, typer.Option(help="Include the eBPF collector DaemonSet.")] = True,
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
 ) -> None:
-    """RayService (from the model specs), the aiops server and the eBPF DaemonSet as YAML."""
+    """The credentials Secret, the RayService (from the model specs), the aiops server and the
+    eBPF DaemonSet as YAML. The output holds secrets (the Secret, the API key in the
+    RayService): --out writes it mode 0600."""
     from aiops.k8s.render import RenderOptions, render_yaml
     from serve.specs import DEFAULT_SPECS_FILE
 
     try:
-        text = render_yaml(models or DEFAULT_SPECS_FILE,
+        text = render_yaml(models or DEFAULT_SPECS_FILE, credentials,
                            RenderOptions(image=image, namespace=namespace,
                                          worker_cpus=worker_cpus, ebpf=ebpf))
     except AIOpsError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
+    except OSError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from exc
     if out is None:
         sys.stdout.write(text)
     else:
-        out.write_text(text)
-        console.print(f"wrote {out}")
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an existing file too
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        console.print(f"wrote {out} (it holds secrets: mode 0600)")
 
 
 @app.command()

@@ -7,6 +7,16 @@ The Serve configuration inside the RayService is ``serve.app.deploy_config``, th
 differs: KubeRay deploys it (no Serve driver), so the lifecycle control plane, validation gates
 and the ``aiops.serve.replicas`` gauges of ``serve.runner`` are absent, and a version change is
 an edit of the spec file, ``aiops k8s render`` and ``kubectl apply``.
+
+Nothing is unauthenticated and no secret is hard-coded: the Secret ``aiops-credentials`` carries
+the admin token, the Serve and eBPF ingest tokens and the OpenAI endpoints' API key, taken
+from a credentials directory that ``aiops credentials init`` fills on the first render and
+that later renders reuse (``StackCredentials.load``). The server's init container adopts them
+into its data volume (``aiops credentials init --from``, which registers the tokens); the eBPF
+collector mounts only its own ingest token where it reads it (``<data_dir>/credentials/``).
+Serve applications take their configuration from their args only, so the API key and the
+``serve`` ingest token are in ``serveConfigV2`` too: the rendered file and the RayService
+object are secrets, to be kept (and RBAC-guarded) like the Secret.
 """
 
 from __future__ import annotations
@@ -14,17 +24,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
 from serve.specs import ModelSpec
 
-__all__ = ["RenderOptions", "render", "render_yaml", "to_yaml"]
+__all__ = ["RenderOptions", "StackCredentials", "render", "render_yaml", "to_yaml"]
 
 SERVER = "aiops-server"
 RAYSERVICE = "aiops"
 MODELS_MOUNT = "/etc/aiops"
+SECRET = "aiops-credentials"
+SECRET_MOUNT = "/etc/aiops-credentials"
+DATA_DIR = "/data"
+# The image's unprivileged user (deploy/Dockerfile): fsGroup makes the volumes its own.
+AIOPS_UID = 10001
 # Ports: the aiops server (OTLP's standard), Serve's proxy, Ray's metrics export (KubeRay's
 # default, exposed by the head service KubeRay creates as <name>-head-svc).
 SERVER_PORT, SERVE_PORT, RAY_METRICS_PORT = 4318, 8000, 8080
@@ -48,6 +63,37 @@ class RenderOptions:
     server_memory: str = "4Gi"
     data_size: str = "20Gi"
     ebpf: bool = True
+
+
+@dataclass(frozen=True)
+class StackCredentials:
+    """The secrets a cluster deployment needs, as ``aiops credentials init`` made them."""
+
+    admin: str
+    serve: str
+    ebpf: str
+    openai_api_key: str
+
+    # Secret key -> attribute; the keys are the files' names in a data directory, so the
+    # server's init container adopts a mounted Secret as it is.
+    KEYS: ClassVar[dict[str, str]] = {"admin.token": "admin", "serve.token": "serve",
+                                      "ebpf.token": "ebpf", "openai-api.key": "openai_api_key"}
+
+    @classmethod
+    def load(cls, directory: Path) -> StackCredentials:
+        """Generate-or-read the credentials in ``directory`` (a data directory of its own:
+        the first render generates, later renders reuse, so a re-apply rotates nothing)."""
+        from aiops.credentials import BY_NAME, init
+
+        init(directory)
+        values = {}
+        for key, attr in cls.KEYS.items():
+            name = key.rsplit(".", 1)[0]
+            values[attr] = (directory / BY_NAME[name].file).read_text().strip()
+        return cls(**values)
+
+    def secret_data(self) -> dict[str, str]:
+        return {key: getattr(self, attr) for key, attr in self.KEYS.items()}
 
 
 class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no types
@@ -94,14 +140,43 @@ def _env(values: dict[str, str]) -> list[dict[str, str]]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
-def serve_config(specs: list[ModelSpec], o: RenderOptions) -> dict[str, Any]:
+def _secret_env(name: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": key}}}
+
+
+def _credential_volume(keys: list[str]) -> dict[str, Any]:
+    """The Secret, with only ``keys``, readable by the aiops user's group (fsGroup)."""
+    return {"name": "credentials", "secret": {
+        "secretName": SECRET, "defaultMode": 0o440,
+        "items": [{"key": k, "path": k} for k in keys]}}
+
+
+def _ingest_credential(source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, mount) putting one ingest token where its client reads it:
+    ``<data_dir>/credentials/<source>.token``."""
+    key = f"{source}.token"
+    return (_credential_volume([key]),
+            {"name": "credentials", "mountPath": f"{DATA_DIR}/credentials", "readOnly": True})
+
+
+def secret(credentials: StackCredentials, o: RenderOptions) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(SECRET, o, "server"),
+            "type": "Opaque", "stringData": credentials.secret_data()}
+
+
+def serve_config(specs: list[ModelSpec], o: RenderOptions,
+                 credentials: StackCredentials) -> dict[str, Any]:
     """The Serve deploy document for the cluster: ``deploy_config`` with telemetry sent to
-    the aiops server's Service and the proxy listening on every node."""
+    the aiops server's Service with the ``serve`` ingest token, the proxy listening on every
+    node and the OpenAI endpoints requiring the API key."""
     from serve.app import deploy_config
     from serve.telemetry import TelemetryConfig
 
-    telemetry = TelemetryConfig(f"http://{SERVER}.{o.namespace}.svc:{SERVER_PORT}")
-    config = deploy_config(specs, telemetry, {"api_keys": [], "max_request_bytes": 20 * 2**20})
+    api_keys = [credentials.openai_api_key]
+    telemetry = TelemetryConfig(f"http://{SERVER}.{o.namespace}.svc:{SERVER_PORT}",
+                                token=credentials.serve)
+    config = deploy_config(specs, telemetry, {"api_keys": list(api_keys),
+                                              "max_request_bytes": 20 * 2**20})
     return {"proxy_location": "EveryNode",
             "http_options": {"host": "0.0.0.0", "port": SERVE_PORT}, **config}
 
@@ -114,7 +189,8 @@ def _worker_replicas(specs: list[ModelSpec], o: RenderOptions) -> tuple[int, int
     return max(1, math.ceil(low / o.worker_cpus)), max(1, math.ceil(high / o.worker_cpus))
 
 
-def rayservice(specs: list[ModelSpec], o: RenderOptions) -> dict[str, Any]:
+def rayservice(specs: list[ModelSpec], o: RenderOptions,
+               credentials: StackCredentials) -> dict[str, Any]:
     low, high = _worker_replicas(specs, o)
     ports = [{"containerPort": p, "name": n} for n, p in (
         ("gcs", 6379), ("dashboard", 8265), ("client", 10001), ("serve", SERVE_PORT),
@@ -137,7 +213,8 @@ def rayservice(specs: list[ModelSpec], o: RenderOptions) -> dict[str, Any]:
         "apiVersion": "ray.io/v1", "kind": "RayService",
         "metadata": _meta(RAYSERVICE, o, "serving"),
         "spec": {
-            "serveConfigV2": yaml.dump(serve_config(specs, o), Dumper=_Dumper, sort_keys=False),
+            "serveConfigV2": yaml.dump(serve_config(specs, o, credentials), Dumper=_Dumper,
+                                       sort_keys=False),
             "rayClusterConfig": {
                 "rayVersion": o.ray_version,
                 "enableInTreeAutoscaling": True,
@@ -163,20 +240,36 @@ def rayservice(specs: list[ModelSpec], o: RenderOptions) -> dict[str, Any]:
 
 def server_manifests(specs_text: str, o: RenderOptions) -> list[dict[str, Any]]:
     labels = _meta(SERVER, o, "server")["labels"]
+    data_mount = {"name": "data", "mountPath": DATA_DIR}
+    # Adopts the Secret's credentials into the data volume and registers the tokens, before
+    # the server starts (which, bound beyond loopback, wants a token on every request).
+    init = {
+        "name": "credentials", "image": o.image,
+        "command": ["aiops", "credentials", "init", "--from", SECRET_MOUNT],
+        "env": _env({"AIOPS_DATA_DIR": DATA_DIR}),
+        "resources": _resources("250m", "512Mi"),
+        "securityContext": {"allowPrivilegeEscalation": False},
+        "volumeMounts": [data_mount, {"name": "credentials", "mountPath": SECRET_MOUNT,
+                                      "readOnly": True}],
+    }
     container = {
         "name": "server", "image": o.image, "command": ["aiops", "server"],
         "ports": [{"containerPort": SERVER_PORT, "name": "http"}],
-        "env": _env({
-            "AIOPS_SERVER_HOST": "0.0.0.0", "AIOPS_DATA_DIR": "/data",
+        "env": [*_env({
+            "AIOPS_SERVER_HOST": "0.0.0.0", "AIOPS_DATA_DIR": DATA_DIR,
             "AIOPS_MODELS_FILE": f"{MODELS_MOUNT}/models.yaml",
             "AIOPS_SCRAPE_TARGETS": f"ray=http://{RAYSERVICE}-head-svc.{o.namespace}.svc:"
-                                    f"{RAY_METRICS_PORT}/metrics"}),
+                                    f"{RAY_METRICS_PORT}/metrics",
+            # The agent's LLM: the cluster's OpenAI endpoint (KubeRay's serve service).
+            "AIOPS_AGENT_LLM_URL": f"http://{RAYSERVICE}-serve-svc.{o.namespace}.svc:"
+                                   f"{SERVE_PORT}/v1"}),
+            _secret_env("AIOPS_AGENT_LLM_API_KEY", "openai-api.key")],
         "resources": _resources(o.server_cpus, o.server_memory),
         "livenessProbe": _probe({"httpGet": {"path": "/healthz", "port": SERVER_PORT}}),
         "readinessProbe": _probe({"httpGet": {"path": "/readyz", "port": SERVER_PORT}},
                                  delay=5, period=5),
         "securityContext": {"allowPrivilegeEscalation": False},
-        "volumeMounts": [{"name": "data", "mountPath": "/data"},
+        "volumeMounts": [data_mount,
                          {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True}],
     }
     return [
@@ -192,10 +285,13 @@ def server_manifests(specs_text: str, o: RenderOptions) -> list[dict[str, Any]]:
              "replicas": 1, "strategy": {"type": "Recreate"},
              "selector": {"matchLabels": labels},
              "template": {"metadata": {"labels": labels}, "spec": {
+                 "securityContext": {"fsGroup": AIOPS_UID},
+                 "initContainers": [init],
                  "containers": [container],
                  "volumes": [{"name": "data",
                               "persistentVolumeClaim": {"claimName": "aiops-data"}},
-                             {"name": "models", "configMap": {"name": "aiops-models"}}]}}}},
+                             {"name": "models", "configMap": {"name": "aiops-models"}},
+                             _credential_volume(list(StackCredentials.KEYS))]}}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": _meta(SERVER, o, "server"),
          "spec": {"selector": labels,
                   "ports": [{"name": "http", "port": SERVER_PORT, "targetPort": SERVER_PORT}]}},
@@ -204,6 +300,8 @@ def server_manifests(specs_text: str, o: RenderOptions) -> list[dict[str, Any]]:
 
 def ebpf_daemonset(o: RenderOptions) -> dict[str, Any]:
     labels = _meta("aiops-ebpf", o, "ebpf")["labels"]
+    # Its OTLP exports carry the `ebpf` ingest token, read from the data directory.
+    volume, mount = _ingest_credential("ebpf")
     ready = {"exec": {"command": ["test", "-f", "/data/ebpf.ready"]}}
     host_paths = {"debugfs": "/sys/kernel/debug", "bpffs": "/sys/fs/bpf",
                   "modules": "/lib/modules", "headers": "/usr/src"}
@@ -217,7 +315,7 @@ def ebpf_daemonset(o: RenderOptions) -> dict[str, Any]:
         "readinessProbe": _probe(ready, delay=5, period=10),
         # Loading BPF programs and reading tracefs needs it; this is the only privileged pod.
         "securityContext": {"privileged": True},
-        "volumeMounts": [{"name": "data", "mountPath": "/data"},
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}, mount,
                          *({"name": n, "mountPath": p, "readOnly": n in ("modules", "headers")}
                            for n, p in host_paths.items())],
     }
@@ -227,17 +325,19 @@ def ebpf_daemonset(o: RenderOptions) -> dict[str, Any]:
             "metadata": {"labels": labels},
             # Host PIDs: the probes see every process; attribution reads their /proc entries.
             "spec": {"hostPID": True, "containers": [container],
-                     "volumes": [{"name": "data", "emptyDir": {}},
+                     "securityContext": {"fsGroup": AIOPS_UID},
+                     "volumes": [{"name": "data", "emptyDir": {}}, volume,
                                  *({"name": n, "hostPath": {"path": p}}
                                    for n, p in host_paths.items())]}}},
     }
 
 
-def render(specs: list[ModelSpec], specs_text: str, o: RenderOptions | None = None
-           ) -> list[dict[str, Any]]:
+def render(specs: list[ModelSpec], specs_text: str, o: RenderOptions | None = None, *,
+           credentials: StackCredentials) -> list[dict[str, Any]]:
     """Every manifest, in the order ``kubectl apply`` should see them."""
     o = o or RenderOptions()
-    docs = [*server_manifests(specs_text, o), rayservice(specs, o)]
+    docs = [secret(credentials, o), *server_manifests(specs_text, o),
+            rayservice(specs, o, credentials)]
     if o.ebpf:
         docs.append(ebpf_daemonset(o))
     return docs
@@ -247,7 +347,8 @@ def to_yaml(docs: list[dict[str, Any]]) -> str:
     return str(yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False))
 
 
-def render_yaml(specs_file: Path, o: RenderOptions | None = None) -> str:
+def render_yaml(specs_file: Path, credentials_dir: Path, o: RenderOptions | None = None) -> str:
     from serve.specs import load_specs
 
-    return to_yaml(render(load_specs(specs_file), specs_file.read_text(), o))
+    return to_yaml(render(load_specs(specs_file), specs_file.read_text(), o,
+                          credentials=StackCredentials.load(credentials_dir)))

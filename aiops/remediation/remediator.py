@@ -107,6 +107,40 @@ class Remediator:
         # repeat does not fight the first, but an incident whose cause changes is replanned.
         self._planned: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
+        self._reload_pending()
+
+    def _reload_pending(self) -> None:
+        """Actions still waiting for an approver when the server last stopped: tracked again,
+        so that they can be approved or denied, and expire, as if it had not."""
+        rows = self.store.query(
+            "SELECT action_id, incident_id, epoch_ns(created_at), kind, target, params, mode, "
+            "outcome, epoch_ns(updated_at) FROM actions_current WHERE status = 'pending' "
+            "ORDER BY created_at").rows
+        for (action_id, incident_id, created_ns, kind, target, params, mode, outcome,
+             updated_ns) in rows:
+            try:
+                decided = json.loads(outcome or "{}")
+                model, _, version = str(target or "").partition("@")
+                action = Action(action_id, incident_id, ActionKind(kind), model,
+                                version or None, int(created_ns), json.loads(params or "{}"))
+                action.reason, action.evidence = self._proposal(action_id)
+                tracked = _Tracked(action, "pending", Mode(mode), str(decided.get("rule", "")),
+                                   decision=str(decided.get("reason", "")),
+                                   written_ns=int(updated_ns or 0))
+            except (ValueError, TypeError, AttributeError) as exc:
+                log.error("cannot reload pending action %s: %s", action_id, exc)
+                continue
+            self.actions[action_id] = tracked
+        if rows:
+            log.info("reloaded %d pending action(s)", len(self.actions))
+
+    def _proposal(self, action_id: str) -> tuple[str, list[str]]:
+        """The reason and evidence an action was proposed with, from its ledger entry."""
+        rows = self.store.query("SELECT entry FROM ledger WHERE action_id = ? "
+                                "ORDER BY seq LIMIT 1", [action_id]).rows
+        entry = json.loads(rows[0][0]) if rows else {}
+        outcome = entry.get("outcome") or {}
+        return str(outcome.get("reason", "")), [str(e) for e in entry.get("evidence") or []]
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -208,10 +242,14 @@ class Remediator:
 
     def _expire(self, now_ns: int) -> None:
         for t in self.actions.values():
-            if t.status == "pending" and \
-                    now_ns - t.action.created_ns >= self.policy.approval_ttl_s * 1e9:
-                self._record(t, "expired", "policy", now_ns,
-                             {"reason": f"not approved within {self.policy.approval_ttl_s:g} s"})
+            if t.status == "pending" and self._expired(t, now_ns):
+                self._record(t, "expired", "policy", now_ns, self._expiry())
+
+    def _expired(self, t: _Tracked, now_ns: int) -> bool:
+        return now_ns - t.action.created_ns >= self.policy.approval_ttl_s * 1e9
+
+    def _expiry(self) -> dict[str, Any]:
+        return {"reason": f"not approved within {self.policy.approval_ttl_s:g} s"}
 
     # -- approvals ---------------------------------------------------------------------------
 
@@ -220,9 +258,17 @@ class Remediator:
         with self._lock:
             t = self.actions.get(action_id)
             if t is None:
+                # Decided (or expired) before this process started: say so, never decide again.
+                rows = self.store.query("SELECT status FROM actions_current WHERE action_id = ?",
+                                        [action_id]).rows
+                if rows:
+                    raise ValueError(f"action {action_id} is {rows[0][0]}, not pending")
                 raise KeyError(action_id)
             if t.status != "pending":
                 raise ValueError(f"action {action_id} is {t.status}, not pending")
+            if self._expired(t, now_ns):
+                self._record(t, "expired", "policy", now_ns, self._expiry())
+                raise ValueError(f"action {action_id} is expired, not pending")
             if not approve:
                 self._record(t, "denied", who, now_ns, {"reason": "denied by an approver"})
             else:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,13 +20,12 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
-    Counter,
     Gauge,
     generate_latest,
 )
@@ -38,21 +36,25 @@ from agents.chatops import make_router as chatops_router
 from aiops.analytics.engine import Analyzer, AnalyzerConfig, objectives_from_specs
 from aiops.analytics.slo import parse_windows
 from aiops.analytics.traces import TraceThresholds
+from aiops.auth import Authenticator
 from aiops.config import Settings
-from aiops.errors import AIOpsError, QueryRejected, StackError, StoreError
+from aiops.errors import AIOpsError, StoreError
 from aiops.ledger import verify_table
-from aiops.lifecycle import LifecycleClient, admin_token
+from aiops.lifecycle import LifecycleClient
 from aiops.remediation.policy import load_policy
 from aiops.remediation.remediator import Remediator
 from aiops.remediation.rollout import DEFAULT_STEPS, Rollout
 from aiops.retention import Retention
 from aiops.server.exposition import StoreCollector
+from aiops.server.guard import Guards
+from aiops.server.sql import QueryPool
+from aiops.server.sql import make_router as sql_router
 from aiops.store import Store
 from collectors.otlp.receiver import ReceiverMetrics, make_router
 from collectors.otlp.writer import BatchWriter, MemoryBudget
 from collectors.prometheus import Scraper, parse_targets
 
-__all__ = ["SqlRequest", "create_app"]
+__all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -75,21 +77,18 @@ class RolloutRequest(BaseModel):
         return steps
 
 
-class SqlRequest(BaseModel):
-    """Body of ``POST /api/v1/sql``."""
+def create_app(settings: Settings, store: Store,
+               authenticator: Authenticator | None = None) -> FastAPI:
+    """Build the server app around an open store (the caller owns and closes it).
 
-    sql: str = Field(min_length=1, max_length=100_000, description="One SELECT statement.")
-    params: list[Any] = Field(default_factory=list, max_length=1000,
-                              description="Values for `?` placeholders.")
-    limit: int | None = Field(None, ge=1, description="Row limit (capped by the server's).")
-
-
-def create_app(settings: Settings, store: Store) -> FastAPI:
-    """Build the server app around an open store (the caller owns and closes it)."""
+    Every route declares what it needs (``guards(...)``): public (health only), ingest
+    (OTLP), viewer, operator or admin, or a Slack signature; see docs/security.md.
+    """
+    guards = Guards(authenticator or Authenticator.from_settings(settings))
     registry = CollectorRegistry()
     receiver_metrics = ReceiverMetrics.create(registry)
-    sql_queries = Counter("aiops_sql_queries", "Read-only SQL queries by outcome", ["outcome"],
-                          registry=registry)
+    pool = QueryPool(store, settings.sql_max_concurrent, settings.sql_timeout_s,
+                     settings.sql_max_result_bytes)
     writer = BatchWriter(store)
     budget = MemoryBudget(settings.ingest_memory_mb * 2**20)
 
@@ -112,28 +111,6 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
         lambda action_id, approve, actor, now_ns: remediator.decide_pending(
             action_id, approve, actor, now_ns, tracker))
 
-    def is_admin(request: Request) -> bool:
-        given = request.headers.get("authorization", "")
-        try:
-            return given.lower().startswith("bearer ") and \
-                secrets.compare_digest(given[7:].strip(), admin_token(settings))
-        except StackError:
-            return False
-
-    def require_token(request: Request) -> None:
-        """Mutating endpoints want the admin token (the control plane's): 401 without one,
-        403 with a wrong one."""
-        given = request.headers.get("authorization", "")
-        if not given.lower().startswith("bearer "):
-            raise HTTPException(401, "this endpoint needs the admin token: "
-                                "'Authorization: Bearer <token>' (<data_dir>/admin.token)")
-        try:
-            expected = admin_token(settings)
-        except StackError as exc:
-            raise HTTPException(503, str(exc)) from exc
-        if not secrets.compare_digest(given[7:].strip(), expected):
-            raise HTTPException(403, "wrong admin token")
-
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if scraper is not None:
@@ -143,6 +120,7 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
         if analyzer is not None:
             analyzer.start()
         yield
+        pool.close()
         if analyzer is not None:
             analyzer.close()
         if retention is not None:
@@ -151,10 +129,16 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
             scraper.close()
         writer.close()  # commit what is queued before the store closes
 
-    app = FastAPI(title="aiops server", version="0.1.0", lifespan=lifespan)
+    # The API description is served like any other read route (viewer), not by FastAPI's
+    # unauthenticated defaults.
+    app = FastAPI(title="aiops server", version="0.1.0", lifespan=lifespan,
+                  docs_url=None, redoc_url=None, openapi_url=None)
     app.state.writer, app.state.budget = writer, budget
-    app.include_router(make_router(writer, budget, settings.max_body_bytes, receiver_metrics))
-    app.include_router(chatops_router(agents, is_admin))
+    app.include_router(make_router(writer, budget, settings.max_body_bytes, receiver_metrics,
+                                   read_timeout_s=settings.ingest_read_timeout_s),
+                       dependencies=[guards("ingest")])
+    app.include_router(chatops_router(agents, guards))
+    app.include_router(sql_router(pool, settings, guards("viewer"), registry))
     Gauge("aiops_ingest_buffer_bytes", "Bytes of request bodies and decoded batches in "
           "flight", registry=registry).set_function(lambda: budget.used)
     Gauge("aiops_ingest_buffer_peak_bytes", "Most bytes ever in flight",
@@ -169,15 +153,21 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
         )
         return JSONResponse({"error": f"invalid request: {problems}"}, status_code=400)
 
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # One error shape across the API: {"error": ...}, as every other answer here.
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code,
+                            headers=exc.headers)
+
     @app.exception_handler(AIOpsError)
     async def _aiops_error(request: Request, exc: AIOpsError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=500)
 
-    @app.get("/healthz")
+    @app.get("/healthz", dependencies=[guards("public")])
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz")
+    @app.get("/readyz", dependencies=[guards("public")])
     async def readyz() -> JSONResponse:
         try:
             await run_in_threadpool(store.ping)
@@ -185,7 +175,7 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
             return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
         return JSONResponse({"status": "ready", "schema_version": store.schema_version})
 
-    @app.get("/metrics")
+    @app.get("/metrics", dependencies=[guards("viewer")])
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -193,12 +183,12 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
     otlp_registry = CollectorRegistry()
     otlp_registry.register(StoreCollector(store))
 
-    @app.get("/metrics/otlp")
+    @app.get("/metrics/otlp", dependencies=[guards("viewer")])
     async def otlp_metrics() -> Response:
         body = await run_in_threadpool(generate_latest, otlp_registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/api/v1/incidents")
+    @app.get("/api/v1/incidents", dependencies=[guards("viewer")])
     async def list_incidents(status: str | None = None, limit: int = 50) -> JSONResponse:
         """Incidents, newest first, in their latest state (``status``: open, mitigating,
         resolved, or ``active`` for open + mitigating)."""
@@ -214,7 +204,8 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
                                                                strict=True)))
                                            for r in result.rows]})
 
-    @app.get("/api/v1/incidents/{incident_id}")
+    @app.get("/api/v1/incidents/{incident_id}",
+             dependencies=[guards("viewer")])
     async def get_incident(incident_id: str) -> JSONResponse:
         """One incident's latest state with its evidence (root causes, findings, context)."""
         result = await run_in_threadpool(
@@ -225,7 +216,7 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
         row["evidence"] = json.loads(row["evidence"] or "{}")
         return JSONResponse(row)
 
-    @app.get("/api/v1/actions")
+    @app.get("/api/v1/actions", dependencies=[guards("viewer")])
     async def list_actions(status: str | None = None, limit: int = 100) -> JSONResponse:
         """Remediation actions in their latest state, newest first (``status=pending`` for
         the ones waiting for an approver)."""
@@ -239,14 +230,16 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
                 json.loads(r["outcome"] or "{}")
         return JSONResponse({"actions": rows})
 
-    @app.post("/api/v1/actions/{action_id}/{verdict}")
+    @app.post("/api/v1/actions/{action_id}/{verdict}",
+              dependencies=[guards("admin")])
     async def decide_action(action_id: str, verdict: str, request: Request) -> JSONResponse:
         """Approve or deny a pending action (admin token)."""
-        require_token(request)
         if verdict not in ("approve", "deny"):
             return JSONResponse({"error": f"unknown verdict {verdict!r}: approve or deny"},
                                 status_code=404)
-        who = request.headers.get("x-aiops-user", "api")
+        principal = request.state.principal
+        who = request.headers.get("x-aiops-user", "api")[:64]
+        who = f"{principal.name}/{who}" if principal.name != "admin" else who
         tracker = analyzer.tracker if analyzer is not None else None
         try:
             result = await run_in_threadpool(remediator.decide_pending, action_id,
@@ -260,11 +253,10 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
 
     rollouts: dict[str, Rollout] = {}
 
-    @app.post("/api/v1/rollouts")
+    @app.post("/api/v1/rollouts", dependencies=[guards("admin")])
     async def start_rollout(body: RolloutRequest, request: Request) -> JSONResponse:
         """A progressive canary of an applied version (admin token): each step's SLIs are
         compared with the stable version's; a breach proposes a rollback to the policy."""
-        require_token(request)
         busy = [r for r in rollouts.values() if r.model == body.model
                 and r.status in ("pending", "running")]
         if busy:
@@ -278,18 +270,19 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
         rollout.start()
         return JSONResponse(rollout.describe(), status_code=202)
 
-    @app.get("/api/v1/rollouts")
+    @app.get("/api/v1/rollouts", dependencies=[guards("viewer")])
     async def list_rollouts() -> JSONResponse:
         return JSONResponse({"rollouts": [r.describe() for r in rollouts.values()]})
 
-    @app.get("/api/v1/rollouts/{rollout_id}")
+    @app.get("/api/v1/rollouts/{rollout_id}", dependencies=[guards("viewer")])
     async def get_rollout(rollout_id: str) -> JSONResponse:
         r = rollouts.get(rollout_id)
         if r is None:
             return JSONResponse({"error": f"no rollout {rollout_id!r}"}, status_code=404)
         return JSONResponse(r.describe())
 
-    @app.get("/api/v1/ledger/{table_name}/verify")
+    @app.get("/api/v1/ledger/{table_name}/verify",
+             dependencies=[guards("viewer")])
     async def verify_ledger(table_name: str) -> JSONResponse:
         try:
             report = await run_in_threadpool(verify_table, store, table_name)
@@ -297,23 +290,13 @@ def create_app(settings: Settings, store: Store) -> FastAPI:
             return JSONResponse({"error": str(exc)}, status_code=404)
         return JSONResponse(report)
 
-    @app.post("/api/v1/sql")
-    async def sql(body: SqlRequest) -> JSONResponse:
-        limit = min(body.limit or settings.sql_row_limit, settings.sql_row_limit)
-        try:
-            result = await run_in_threadpool(store.query, body.sql, body.params, limit)
-        except QueryRejected as exc:
-            sql_queries.labels("rejected").inc()
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        except StoreError as exc:
-            # Bad SQL (unknown table, type error) is the caller's to fix.
-            sql_queries.labels("failed").inc()
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        sql_queries.labels("ok").inc()
-        return JSONResponse(jsonable_encoder({
-            "columns": result.columns, "types": result.types,
-            "rows": [list(r) for r in result.rows], "truncated": result.truncated,
-        }))
+    @app.get("/openapi.json", dependencies=[guards("viewer")], include_in_schema=False)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", dependencies=[guards("viewer")], include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="aiops server")
 
     return app
 

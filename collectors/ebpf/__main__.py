@@ -8,6 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
+from aiops.auth import stack_credential
 from aiops.config import load_settings
 from aiops.logs import configure_json_logging
 from aiops.tls import client_verify
@@ -28,7 +29,8 @@ def main() -> int:
     collector = EbpfCollector(settings.server_url, settings.ebpf_interval_s,
                               settings.ebpf_max_entries,
                               Path(settings.data_dir) / REPLICAS_FILE,
-                              settings.ebpf_kernel_source, verify=client_verify(settings))
+                              settings.ebpf_kernel_source, verify=client_verify(settings),
+                              token=stack_credential(Path(settings.data_dir), "ebpf"))
     if not collector.probes:
         print("aiops ebpf: cannot run: no probe attached: "
               + "; ".join(f"{k}: {v}" for k, v in collector.stats.attach_failures.items()),

@@ -92,7 +92,7 @@ class EbpfCollector:
     def __init__(self, server_url: str, interval_s: float = 5.0, max_entries: int = 8192,
                  replicas_file: Path | None = None, headers: Path | None = None,
                  probes: tuple[type[Probe], ...] = PROBES,
-                 verify: ssl.SSLContext | bool = True) -> None:
+                 verify: ssl.SSLContext | bool = True, token: str | None = None) -> None:
         self.server_url = server_url
         self.interval_s = interval_s
         self.procs = Processes(replicas_file)
@@ -111,7 +111,9 @@ class EbpfCollector:
                 continue
             self.probes.append(probe)
             log.info("probe %s attached: %s", cls.name, cls.description)
-        self._client = httpx.Client(timeout=10.0, verify=verify)
+        self._client = httpx.Client(
+            timeout=10.0, verify=verify,
+            headers={"authorization": f"Bearer {token}"} if token else None)
         self._last_ns = time.time_ns()
         self._last_cpu = _cpu_seconds()
 

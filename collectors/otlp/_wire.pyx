@@ -24,6 +24,15 @@ class WireError(ValueError):
     pass
 
 
+# The bound decode.py's MAX_TIME_NS documents (2262-01-01T00:00:00Z in ns): a record with a
+# time at or after it is rejected, as are all-zero ids and unknown span kinds; the checks and
+# their messages are the same as decode.py's _span_ok and _log_ok.
+cdef uint64_t _MAX_TIME_NS = 9214646400000000000
+_TIME_RANGE = "times must be below 2262-01-01T00:00:00Z"
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+
+
 cdef extern from "Python.h":
     char* PyOS_double_to_string(double val, char format_code, int precision, int flags,
                                 int* ptype) except NULL
@@ -491,7 +500,8 @@ def decode_spans(const unsigned char[:] body, object schema):
     """Arrow arrays of the spans table (by ``schema``) from an ExportTraceServiceRequest.
     Returns (arrays by column name, rejected count, first rejection reason)."""
     cdef Reader top, rs, ss, sp, s
-    cdef uint64_t key, start, end, kind, code, dropped
+    cdef uint64_t key, start, end, kind, code, dropped, latest_event
+    cdef int32_t kind32
     cdef int field, wire, n_valid
     cdef _Json attrs = _Json()
     cdef _Json events = _Json()
@@ -550,7 +560,7 @@ def decode_spans(const unsigned char[:] body, object schema):
                     state = ""
                     name = ""
                     message = ""
-                    kind = start = end = dropped = code = 0
+                    kind = start = end = dropped = code = latest_event = 0
                     attrs.reset(); events.reset(); links.reset()
                     n_attrs = n_events = n_links = False
                     attrs.put(123); events.put(91); links.put(91)
@@ -585,7 +595,7 @@ def decode_spans(const unsigned char[:] body, object schema):
                             if n_events:
                                 events.put(44)
                             n_events = True
-                            _event(_sub(&sp), events)
+                            _event(_sub(&sp), events, &latest_event)
                         elif field == 13 and wire == 2:
                             if n_links:
                                 links.put(44)
@@ -603,14 +613,34 @@ def decode_spans(const unsigned char[:] body, object schema):
                                     _skip(&s, <int>(key & 7))
                         else:
                             _skip(&sp, wire)
+                    # An enum is an int32: protobuf keeps the low 32 bits of the varint, signed.
+                    kind32 = <int32_t>(<uint32_t>(kind & 0xFFFFFFFF))
                     if len(trace_id) != 16:
                         reason = f"trace_id must be 16 bytes, got {len(trace_id)}"
                     elif len(span_id) != 8:
                         reason = f"span_id must be 8 bytes, got {len(span_id)}"
                     elif parent and len(parent) != 8:
                         reason = f"parent_span_id must be 8 bytes, got {len(parent)}"
+                    elif trace_id == _ZERO_TRACE:
+                        reason = f"span {span_id.hex()} has an all-zero trace_id (invalid in OTLP)"
+                    elif span_id == _ZERO_SPAN:
+                        reason = "span_id is all zeros (invalid in OTLP)"
                     elif not start:
                         reason = f"span {span_id.hex()} has no start time"
+                    elif start >= _MAX_TIME_NS:
+                        reason = (f"span {span_id.hex()} start_time_unix_nano {start} is out of "
+                                  f"range ({_TIME_RANGE})")
+                    elif end >= _MAX_TIME_NS:
+                        reason = (f"span {span_id.hex()} end_time_unix_nano {end} is out of "
+                                  f"range ({_TIME_RANGE})")
+                    elif end and end < start:
+                        reason = (f"span {span_id.hex()} ends before it starts "
+                                  f"(end_time_unix_nano {end} < start_time_unix_nano {start})")
+                    elif not 0 <= kind32 < 6:
+                        reason = (f"span {span_id.hex()} has unknown kind {kind32} "
+                                  f"(SpanKind is 0-5)")
+                    elif latest_event >= _MAX_TIME_NS:
+                        reason = f"span {span_id.hex()} has an event time out of range ({_TIME_RANGE})"
                     else:
                         reason = None
                     if reason is not None:
@@ -628,8 +658,8 @@ def decode_spans(const unsigned char[:] body, object schema):
                         c_parent.null()
                     c_state.str_or_null(state)
                     c_name.fill(name, 1) if name else c_name.text(b"", 0)
-                    if 1 <= kind <= 5:
-                        kind_text = _KIND_BYTES[kind]
+                    if kind32:  # 1-5 here: 0 is unspecified, the rest were rejected
+                        kind_text = _KIND_BYTES[kind32]
                         c_kind.text(kind_text, len(kind_text))
                     else:
                         c_kind.null()
@@ -691,7 +721,8 @@ cdef int _one_kv(Reader kv, _Json out, int depth=0) except -1:
     return 0
 
 
-cdef int _event(Reader r, _Json out) except -1:
+cdef int _event(Reader r, _Json out, uint64_t* latest) except -1:
+    """Write one span event as JSON; raise ``latest[0]`` to its time if later."""
     cdef uint64_t key, t = 0
     cdef _Json attrs = _Json()
     cdef bint n_attrs = False
@@ -711,6 +742,8 @@ cdef int _event(Reader r, _Json out) except -1:
         else:
             _skip(&r, <int>(key & 7))
     attrs.put(125)
+    if t > latest[0]:
+        latest[0] = t
     out.write(b'{"time":', 8)
     out.integer(<int64_t>t)
     out.write(b',"name":', 8)
@@ -857,6 +890,12 @@ def decode_logs(const unsigned char[:] body, object schema):
                         reason = f"trace_id must be 16 bytes, got {len(trace_id)}"
                     elif span_id and len(span_id) != 8:
                         reason = f"span_id must be 8 bytes, got {len(span_id)}"
+                    elif t >= _MAX_TIME_NS:
+                        reason = (f"log record time_unix_nano {t} is out of range "
+                                  f"({_TIME_RANGE})")
+                    elif observed >= _MAX_TIME_NS:
+                        reason = (f"log record observed_time_unix_nano {observed} is out of "
+                                  f"range ({_TIME_RANGE})")
                     else:
                         reason = None
                     if reason is not None:

@@ -32,7 +32,15 @@ except ImportError:  # pragma: no cover - exercised where no C compiler was avai
     _wire = None
 from aiops.schema import LOGS, METRIC_POINTS, SPANS, Table
 
-__all__ = ["SIGNALS", "Decoded", "Signal", "decode"]
+__all__ = ["MAX_TIME_NS", "SIGNALS", "Decoded", "Signal", "decode"]
+
+# Times are stored as DuckDB TIMESTAMP_NS (int64 nanoseconds since the epoch, which ends on
+# 2262-04-11; its largest value means 'infinity'). OTLP times are fixed64, so a sender may
+# send anything up to 2^64: a record with a time at or after 2262-01-01T00:00:00Z (a margin
+# below the int64 end, for interval arithmetic in queries) is rejected rather than stored
+# wrapped. A time of 0 means "not given" in OTLP. _wire.pyx holds the same bound.
+MAX_TIME_NS = 9_214_646_400_000_000_000
+_TIME_RANGE = "times must be below 2262-01-01T00:00:00Z"
 
 _SPAN_KINDS = {0: None, 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 _STATUS = {0: "unset", 1: "ok", 2: "error"}
@@ -106,26 +114,54 @@ class _Rejections:
             self.first = message
 
 
+_ZERO_TRACE, _ZERO_SPAN = bytes(16), bytes(8)
+
+
 def _span_ok(s: Any, rej: _Rejections) -> bool:
+    # The same checks, in the same order and with the same messages, as _wire.decode_spans.
     tid, sid, pid = s.trace_id, s.span_id, s.parent_span_id
+    start, end = s.start_time_unix_nano, s.end_time_unix_nano
     if len(tid) != 16:
         rej.add(f"trace_id must be 16 bytes, got {len(tid)}")
     elif len(sid) != 8:
         rej.add(f"span_id must be 8 bytes, got {len(sid)}")
     elif pid and len(pid) != 8:
         rej.add(f"parent_span_id must be 8 bytes, got {len(pid)}")
-    elif not s.start_time_unix_nano:
+    elif tid == _ZERO_TRACE:
+        rej.add(f"span {sid.hex()} has an all-zero trace_id (invalid in OTLP)")
+    elif sid == _ZERO_SPAN:
+        rej.add("span_id is all zeros (invalid in OTLP)")
+    elif not start:
         rej.add(f"span {sid.hex()} has no start time")
+    elif start >= MAX_TIME_NS:
+        rej.add(f"span {sid.hex()} start_time_unix_nano {start} is out of range "
+                f"({_TIME_RANGE})")
+    elif end >= MAX_TIME_NS:
+        rej.add(f"span {sid.hex()} end_time_unix_nano {end} is out of range ({_TIME_RANGE})")
+    elif end and end < start:
+        rej.add(f"span {sid.hex()} ends before it starts (end_time_unix_nano {end} < "
+                f"start_time_unix_nano {start})")
+    elif not 0 <= s.kind < 6:
+        rej.add(f"span {sid.hex()} has unknown kind {s.kind} (SpanKind is 0-5)")
+    elif any(e.time_unix_nano >= MAX_TIME_NS for e in s.events):
+        rej.add(f"span {sid.hex()} has an event time out of range ({_TIME_RANGE})")
     else:
         return True
     return False
 
 
 def _log_ok(r: Any, rej: _Rejections) -> bool:
+    # The same checks, in the same order and with the same messages, as _wire.decode_logs.
     if r.trace_id and len(r.trace_id) != 16:
         rej.add(f"trace_id must be 16 bytes, got {len(r.trace_id)}")
     elif r.span_id and len(r.span_id) != 8:
         rej.add(f"span_id must be 8 bytes, got {len(r.span_id)}")
+    elif r.time_unix_nano >= MAX_TIME_NS:
+        rej.add(f"log record time_unix_nano {r.time_unix_nano} is out of range "
+                f"({_TIME_RANGE})")
+    elif r.observed_time_unix_nano >= MAX_TIME_NS:
+        rej.add(f"log record observed_time_unix_nano {r.observed_time_unix_nano} is out of "
+                f"range ({_TIME_RANGE})")
     else:
         return True
     return False
@@ -187,7 +223,7 @@ def _spans(req: ExportTraceServiceRequest, rej: _Rejections) -> dict[str, pa.Tab
                 state.append(s.trace_state or None)
                 name.append(s.name)
                 k = s.kind
-                kind.append(_SPAN_KIND_NAMES[k] or None if 0 <= k < 6 else None)
+                kind.append(_SPAN_KIND_NAMES[k] or None)  # 0-5: _span_ok checked it
                 start_col.append(start)
                 end_col.append(end or None)
                 dur.append(end - start if end else None)
@@ -316,8 +352,13 @@ class _Checked(_Columns):
         self.rej = rej
 
     def add(self, row: dict[str, Any]) -> None:
-        if not row.get("time"):
+        time, start = row.get("time"), row.get("start_time")
+        if not time:
             self.rej.add(f"data point of {row.get('name')} has no time_unix_nano")
+            return
+        if time >= MAX_TIME_NS or (start or 0) >= MAX_TIME_NS:
+            self.rej.add(f"data point of {row.get('name')} has a time out of range "
+                         f"({_TIME_RANGE})")
             return
         super().add(row)
 
@@ -384,7 +425,9 @@ def decode(signal: str, body: bytes, encoding: str, *, compiled: bool = True) ->
     ``encoding`` is 'protobuf' or 'json'. Protobuf traces and logs go through the compiled
     decoder when it is built (``compiled=False`` forces the Python path, which the equivalence
     tests compare it with). Returns Arrow tables keyed by table name; invalid
-    records (bad ids, no time) are left out and counted in ``rejected`` (OTLP partial success).
+    records (bad or all-zero ids, no time, a time at or after ``MAX_TIME_NS``, a span that
+    ends before it starts or has an unknown kind) are left out and counted in ``rejected``
+    (OTLP partial success), with the first reason in ``message``.
     A body that is malformed as a whole, or whose every record is invalid, is a DecodeError.
     """
     if compiled and _wire is not None and encoding == "protobuf" and signal != "metrics":

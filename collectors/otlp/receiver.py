@@ -2,12 +2,19 @@
 
 Accepts ``application/x-protobuf`` and ``application/json``, optionally gzip-encoded. Errors
 follow the OTLP/HTTP specification: a ``google.rpc.Status`` body in the request's encoding,
-400 for malformed bodies, 413 for oversized ones, 415 for other content types. A 2xx means the
-rows are committed in DuckDB.
+400 for malformed bodies, 408 for bodies not received within the read deadline, 413 for
+oversized ones, 415 for other content types. A 2xx means the rows are committed in DuckDB;
+records left out (invalid ones, and provenance records from a client without the serving
+stack's credential) are counted in the response's ``partial_success``.
+
+A request holds ingest memory for the bytes of its body as they arrive and for its decoding
+working set once the body is complete (never for what it merely announces), and gets
+``read_timeout_s`` to send its body, so slow or stalled uploads cannot starve the others.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import zlib
@@ -26,13 +33,14 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.requests import ClientDisconnect
 
-from aiops.errors import DecodeError, PayloadTooLarge, StoreError, UnsupportedMediaType
+from aiops.errors import AIOpsError, DecodeError, PayloadTooLarge, StoreError, UnsupportedMediaType
 from collectors.otlp.decode import decode
 from collectors.otlp.provenance import split_provenance
 from collectors.otlp.writer import BatchWriter, MemoryBudget, Overloaded
 
-__all__ = ["ReceiverMetrics", "make_router"]
+__all__ = ["BodyTimeout", "ReceiverMetrics", "make_router"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +54,34 @@ _RESPONSES: dict[str, type[Message]] = {
 # for 20k-span requests (Python strings per cell, then Arrow buffers).
 WORKING_SET_FACTOR = 12
 # gRPC status codes carried in google.rpc.Status.
-_INVALID_ARGUMENT, _RESOURCE_EXHAUSTED, _UNAVAILABLE = 3, 8, 14
+_INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _RESOURCE_EXHAUSTED, _UNAVAILABLE = 3, 4, 8, 14
+PROVENANCE_DENIED = "provenance records need the serving stack's credential"
+
+
+class BodyTimeout(AIOpsError):
+    """A request body did not arrive within the read deadline (HTTP 408)."""
+
+
+class _Charge:
+    """What one request holds of the ingest budget: the bytes of its body as they arrive,
+    then its decoding working set; all of it goes back with ``release``."""
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self.budget = budget
+        self.held = 0
+
+    def add(self, n: int) -> None:
+        self.budget.acquire(n, held=self.held)
+        self.held += n
+
+    def grow_to(self, n: int) -> None:
+        if n > self.held:
+            self.add(n - self.held)
+
+    def release(self) -> None:
+        if self.held:
+            self.budget.release(self.held)
+            self.held = 0
 
 
 @dataclass(frozen=True)
@@ -80,17 +115,29 @@ def _encoding(content_type: str | None) -> str:
     return _CONTENT_TYPES[media]
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _receive(request: Request, limit: int, charge: _Charge, timeout_s: float) -> bytes:
+    """The raw body, charged to the budget chunk by chunk as it arrives, within the deadline."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body of {declared} bytes exceeds the limit of {limit} bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    body = b"".join(chunks)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                if not chunk:
+                    continue
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
+                charge.add(len(chunk))
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BodyTimeout(f"request body not received within {timeout_s:g} s "
+                          f"({size} bytes arrived)") from None
+    return b"".join(chunks)
+
+
+def _inflate(request: Request, body: bytes, limit: int) -> bytes:
     coding = request.headers.get("content-encoding", "identity").strip().lower()
     if coding == "gzip":
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -117,31 +164,35 @@ def _status_response(code: int, grpc_code: int, message: str, encoding: str) -> 
 
 
 def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
-                metrics: ReceiverMetrics) -> APIRouter:
+                metrics: ReceiverMetrics, *, read_timeout_s: float = 10.0) -> APIRouter:
+    """The OTLP/HTTP routes. ``read_timeout_s``: longest time to receive one request body."""
     router = APIRouter()
 
     async def ingest(signal: str, request: Request) -> Response:
         started = time.perf_counter()
         encoding = "json"
-        held = 0
+        charge = _Charge(budget)
+        # Set by the auth layer; only the serving stack's credential may write provenance.
+        principal = getattr(request.state, "principal", None)
         try:
             encoding = _encoding(request.headers.get("content-type"))
-            declared = request.headers.get("content-length", "")
-            # Reserve before reading: the body plus its decoding working set (column lists
-            # of Python objects, then Arrow), measured at about WORKING_SET_FACTOR x the body.
-            want = WORKING_SET_FACTOR * min(
-                int(declared) if declared.isdigit() else max_body_bytes, max_body_bytes)
-            budget.acquire(want)
-            held = want
-            body = await _read_body(request, max_body_bytes)
-            if WORKING_SET_FACTOR * len(body) > held:  # gzip expanded it
-                budget.acquire(WORKING_SET_FACTOR * len(body) - held)
-                held = WORKING_SET_FACTOR * len(body)
+            raw = await _receive(request, max_body_bytes, charge, read_timeout_s)
+            body = _inflate(request, raw, max_body_bytes)
+            del raw
+            # The decoding working set (column lists of Python objects, then Arrow), measured
+            # at about WORKING_SET_FACTOR x the (uncompressed) body.
+            charge.grow_to(WORKING_SET_FACTOR * len(body))
             tables = await run_in_threadpool(decode, signal, body, encoding)
             del body
+            rejected, reasons = tables.rejected, [tables.message] if tables.rejected else []
             chained: dict[str, list[dict[str, Any]]] = {}
             if "logs" in tables:
-                tables["logs"], chained["provenance"] = split_provenance(tables["logs"])
+                tables["logs"], provenance = split_provenance(tables["logs"])
+                if provenance and (principal is None or not principal.provenance):
+                    rejected += len(provenance)
+                    reasons.append(f"{PROVENANCE_DENIED} ({len(provenance)} left out)")
+                else:
+                    chained["provenance"] = provenance
             written = await writer.submit(tables, chained)
         except Overloaded as exc:
             response = _status_response(503, _UNAVAILABLE, str(exc), encoding)
@@ -150,6 +201,11 @@ def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
             response = _status_response(415, _INVALID_ARGUMENT, str(exc), encoding)
         except DecodeError as exc:
             response = _status_response(400, _INVALID_ARGUMENT, str(exc), encoding)
+        except BodyTimeout as exc:
+            response = _status_response(408, _DEADLINE_EXCEEDED, str(exc), encoding)
+            response.headers["Connection"] = "close"  # RFC 9110: the client is too slow
+        except ClientDisconnect:
+            response = _status_response(400, _INVALID_ARGUMENT, "client disconnected", encoding)
         except PayloadTooLarge as exc:
             response = _status_response(413, _RESOURCE_EXHAUSTED, str(exc), encoding)
         except StoreError as exc:
@@ -163,21 +219,20 @@ def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
                 metrics.rows.labels(name).inc(len(entries))
             log.debug("OTLP %s: committed %d rows", signal, written)
             reply = _RESPONSES[signal]()
-            if tables.rejected:
+            if rejected:
                 # OTLP partial success: the rest is committed; say what was not, and why.
                 field = {"traces": "rejected_spans", "logs": "rejected_log_records",
                          "metrics": "rejected_data_points"}[signal]
-                setattr(reply.partial_success, field, tables.rejected)
-                reply.partial_success.error_message = tables.message or ""
-                metrics.rejected.labels(signal).inc(tables.rejected)
+                setattr(reply.partial_success, field, rejected)
+                reply.partial_success.error_message = "; ".join(r for r in reasons if r)
+                metrics.rejected.labels(signal).inc(rejected)
             if encoding == "protobuf":
                 response = Response(reply.SerializeToString(), media_type="application/x-protobuf")
             else:
                 response = Response(json_format.MessageToJson(reply),
                                     media_type="application/json")
         finally:
-            if held:
-                budget.release(held)
+            charge.release()
         metrics.requests.labels(signal, str(response.status_code)).inc()
         metrics.seconds.labels(signal).observe(time.perf_counter() - started)
         return response

@@ -6,8 +6,10 @@ and then answers every request in it. A request is acknowledged only after its c
 2xx means the rows are in DuckDB (and in its WAL on disk): a SIGKILL loses nothing
 acknowledged.
 
-The budget bounds the bytes of request bodies and decoded tables in flight; a request that
-does not fit gets a retryable 503 before its body is read.
+The budget bounds the bytes of request bodies and decoded tables in flight. A request is
+charged for the bytes of its body as they arrive (so a client that announces a large body and
+sends little holds little), then for its decoding working set once the body is complete; one
+that does not fit gets a retryable 503.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ class MemoryBudget:
         self.peak = 0
         self._lock = threading.Lock()
 
-    def acquire(self, n: int) -> None:
+    def acquire(self, n: int, held: int = 0) -> None:
+        """Take ``n`` bytes more for a caller that already holds ``held`` of them."""
         with self._lock:
-            # One request alone may always proceed, so a large body is never refused forever.
-            if self.used and self.used + n > self.limit:
+            # One request alone (holding all that is in use) may always proceed, so a large
+            # body is never refused forever.
+            if self.used > held and self.used + n > self.limit:
                 raise Overloaded(f"ingest buffers are full ({self.used >> 20} MiB of "
                                  f"{self.limit >> 20} MiB in use); retry later")
             self.used += n

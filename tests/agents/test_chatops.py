@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import queue
 import time
 from pathlib import Path
@@ -17,16 +18,19 @@ from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 
 from agents.chatops import AgentService, make_router
+from aiops.auth import TOKENS_FILE, Authenticator, Role, TokenStore
 from aiops.bench.common import free_port
 from aiops.config import Settings, load_settings
 from aiops.remediation.policy import DEMO_POLICY
+from aiops.server.guard import Guards
 from aiops.store import Store
 from tests.agents.scenario import slow_canary
 from tests.conftest import RunningServer
 from tests.loopback import serving
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-TOKEN = "admin-t0ken"
+TOKEN = "admin-t0ken-for-chatops"
+ADMIN = {"authorization": f"Bearer {TOKEN}"}
 QUESTION = "What happened to echo in the last 15 minutes?"
 
 
@@ -47,7 +51,8 @@ def settings(tmp_path: Path) -> Settings:
 
 
 def test_a_question_gets_facts_evidence_and_ids(server: RunningServer) -> None:
-    r = httpx.post(f"{server.url}/v1/chatops", json={"question": QUESTION}, timeout=60)
+    r = httpx.post(f"{server.url}/v1/chatops", json={"question": QUESTION}, headers=ADMIN,
+                   timeout=60)
     assert r.status_code == 200, r.text
     answer = r.json()
     assert (answer["facts"]["component"], answer["facts"]["version"]) == ("echo", "v2")
@@ -58,34 +63,64 @@ def test_a_question_gets_facts_evidence_and_ids(server: RunningServer) -> None:
 @pytest.mark.parametrize("body", [{}, {"question": ""}, {"question": "x" * 2001},
                                   {"question": "hi", "user": "a b"}])
 def test_malformed_questions_are_400s(server: RunningServer, body: dict[str, Any]) -> None:
-    r = httpx.post(f"{server.url}/v1/chatops", json=body)
+    r = httpx.post(f"{server.url}/v1/chatops", json=body, headers=ADMIN)
     assert r.status_code == 400 and "invalid request" in r.json()["error"]
 
 
-def test_acting_needs_the_admin_token(server: RunningServer) -> None:
+def _token(settings: Settings, name: str, role: Role) -> dict[str, str]:
+    token = TokenStore(settings.data_dir / TOKENS_FILE).add(name, role)
+    return {"authorization": f"Bearer {token}"}
+
+
+def test_chatops_needs_an_operator_token(server: RunningServer) -> None:
     r = httpx.post(f"{server.url}/v1/chatops", json={"question": "roll back echo"}, timeout=60)
-    assert r.json()["proposal"]["status"] == "error"
-    assert "not available" in r.json()["proposal"]["error"]
+    assert r.status_code == 401
+    viewer = _token(server.settings, "watcher", Role.VIEWER)
+    r = httpx.post(f"{server.url}/v1/chatops", json={"question": "roll back echo"},
+                   headers=viewer, timeout=60)
+    assert r.status_code == 403 and "operator" in r.text
     assert server.store.count("actions") == 0
     r = httpx.post(f"{server.url}/v1/chatops", json={"question": "roll back echo",
                                                      "user": "alice"},
-                   headers={"authorization": f"Bearer {TOKEN}"}, timeout=60)
+                   headers=ADMIN, timeout=60)
     # The demo policy allows it; with no Serve control plane running, it fails, on record.
     assert r.json()["proposal"]["data"]["status"] == "failed"
     actors = [a for (a,) in server.store.query("SELECT actor FROM ledger ORDER BY seq").rows]
     assert actors[0] == "agent:alice"
 
 
+def test_an_operator_proposes_and_only_an_admin_approves(server: RunningServer) -> None:
+    operator = _token(server.settings, "oncall", Role.OPERATOR)
+    r = httpx.post(f"{server.url}/v1/chatops", json={"question": "scale echo", "user": "olga"},
+                   headers=operator, timeout=60)
+    pending = r.json()["proposal"]["data"]  # the demo policy wants scaling approved
+    assert r.status_code == 200 and pending["status"] == "pending", r.text
+    r = httpx.post(f"{server.url}/v1/chatops",
+                   json={"question": f"approve {pending['action_id']}", "user": "olga"},
+                   headers=operator, timeout=60)
+    assert r.json()["proposal"]["status"] == "error"
+    assert "needs the admin role" in r.json()["proposal"]["error"]
+    assert "needs the admin role" in r.json()["text"]
+    r = httpx.post(f"{server.url}/v1/chatops",
+                   json={"question": f"deny {pending['action_id']}", "user": "ada"},
+                   headers=ADMIN, timeout=60)
+    assert r.json()["proposal"]["data"]["status"] == "denied", r.text
+    ledger = [(actor, json.loads(entry)["status"]) for actor, entry in
+              server.store.query("SELECT actor, entry FROM ledger ORDER BY seq").rows]
+    assert ledger[-1] == ("agent:ada", "denied")
+    assert ("agent:olga", "approved") not in ledger
+
+
 def test_more_questions_than_slots_get_a_retryable_429(settings: Settings,
                                                        store: Store) -> None:
     service = AgentService(settings, store)
     app = FastAPI()
-    app.include_router(make_router(service, lambda _: False))
+    app.include_router(make_router(service, Guards(Authenticator.from_settings(settings))))
     assert service._slots.acquire(blocking=False)
     try:
         for _ in range(settings.agent_max_concurrent - 1):
             assert service._slots.acquire(blocking=False)
-        r = TestClient(app).post("/v1/chatops", json={"question": QUESTION})
+        r = TestClient(app).post("/v1/chatops", json={"question": QUESTION}, headers=ADMIN)
     finally:
         for _ in range(settings.agent_max_concurrent):
             service._slots.release()

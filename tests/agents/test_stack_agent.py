@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from aiops.cli import app
 from aiops.config import Settings
+from aiops.lifecycle import admin_token
 from aiops.stack import settings_env
 
 pytestmark = pytest.mark.stack
@@ -33,7 +34,8 @@ def test_the_eval_passes_with_the_embedded_model_writing_the_narratives(
 
 def test_a_chat_ops_question_is_answered_with_the_served_model(stack: Settings) -> None:
     r = httpx.post(f"{stack.server_url}/v1/chatops", timeout=120, json={
-        "question": "What happened to smollm2-135m-instruct in the last 15 minutes?"})
+        "question": "What happened to smollm2-135m-instruct in the last 15 minutes?"},
+        headers={"authorization": f"Bearer {admin_token(stack)}"})  # asking: operator
     assert r.status_code == 200, r.text
     answer = r.json()
     assert answer["intent"]["model"] == "smollm2-135m-instruct"

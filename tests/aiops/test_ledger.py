@@ -89,6 +89,8 @@ def test_a_forged_chain_rewritten_end_to_end_still_fails_the_anchor(db: Path) ->
         conn.execute("UPDATE provenance SET entry = ?, prev_hash = ?, hash = ? WHERE seq = ?",
                      [body, prev, h, seq])
         prev = h
+    # A consistent forger changes the column the entry fills too.
+    conn.execute("UPDATE provenance SET inference_id = 'inf-Z' WHERE seq = 1")
     conn.close()
     report = tamper(db)
     assert report["problems"] == ["seq 7: modified: the last entry differs from the anchored head"]

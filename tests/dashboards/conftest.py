@@ -21,6 +21,7 @@ import httpx
 import pytest
 import yaml
 
+from aiops.auth import Role, ensure_credential
 from aiops.bench.common import free_port
 from aiops.config import Settings
 
@@ -60,9 +61,14 @@ def prometheus_config(stack: Settings) -> dict[str, Any]:
              "ray": f"127.0.0.1:{stack.ray_metrics_port}"}
     # Scrape every second so that a rate has points within seconds.
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    # The compose file's scrape credentials, made here as `aiops credentials init` makes them.
+    token = stack.data_dir / "credentials" / "prometheus.token"
+    ensure_credential(stack.data_dir, "prometheus", Role.VIEWER)
     for job in config["scrape_configs"]:
         for static in job["static_configs"]:
             static["targets"] = [local[COMPOSE_HOSTS[t]] for t in static["targets"]]
+        if "authorization" in job:
+            job["authorization"]["credentials_file"] = str(token)
     return config
 
 

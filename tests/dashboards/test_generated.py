@@ -10,7 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from dashboards.cli import app
-from dashboards.datasources import INFINITY_PLUGIN
+from dashboards.datasources import INFINITY_PLUGIN, SERVER_TOKEN_FILE, datasources
 from dashboards.generate import GENERATED, PACKAGE_DIR, PROVISIONING, render
 from dashboards.inspect import queries
 
@@ -52,6 +52,18 @@ def test_a_private_ca_goes_into_generated_provisioning_but_never_the_package(
         if d["type"] == INFINITY_PLUGIN)
     assert api["jsonData"]["tlsAuthWithCACert"] is True
     assert api["secureJsonData"]["tlsCACert"] == ca.read_text()
+    assert api["jsonData"]["auth_method"] == "bearerToken"  # the CA and the token together
+
+
+def test_the_api_datasource_reads_its_bearer_token_from_a_file() -> None:
+    # The server wants a token beyond loopback; the committed file names the file Grafana
+    # reads it from (written by `aiops credentials init`), never a token.
+    provisioned = yaml.safe_load(
+        (PACKAGE_DIR / PROVISIONING / "datasources" / "aiops.yaml").read_text())
+    api = next(d for d in provisioned["datasources"] if d["type"] == INFINITY_PLUGIN)
+    assert api["jsonData"]["auth_method"] == "bearerToken"
+    assert api["secureJsonData"] == {"bearerToken": f"$__file{{{SERVER_TOKEN_FILE}}}"}
+    assert datasources("http://p:9090", "http://a:4318")[1].get("secureJsonData") is None
 
 
 def test_every_query_names_a_provisioned_datasource() -> None:

@@ -128,6 +128,19 @@ def test_an_https_server_with_a_private_ca_gets_it_in_the_api_datasource(
     assert "secureJsonData" not in g.datasources["aiops-prometheus"]
 
 
+def test_a_viewer_token_for_a_server_beyond_loopback_goes_into_the_api_datasource(
+    grafana: tuple[str, GrafanaStandIn],
+) -> None:
+    url, g = grafana
+    result = CliRunner().invoke(app, [
+        "push", "--url", url, "--token", "t", "--server-url", "http://aiops.example:4318",
+        "--server-token", "aiops_viewer-token-for-grafana"])
+    assert result.exit_code == 0, result.output
+    api = g.datasources["aiops-api"]
+    assert api["secureJsonData"]["bearerToken"] == "aiops_viewer-token-for-grafana"
+    assert "aiops_viewer" not in result.output
+
+
 def test_a_missing_ca_file_is_refused_before_anything_is_pushed(
     grafana: tuple[str, GrafanaStandIn], tmp_path: Path,
 ) -> None:

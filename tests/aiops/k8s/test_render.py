@@ -1,5 +1,6 @@
 """`aiops k8s render`: a KubeRay RayService from the model specs that KubeRay's schema and Ray
-Serve's own config schema accept, plus the server and the eBPF DaemonSet."""
+Serve's own config schema accept, plus the server, the eBPF DaemonSet and the credentials
+Secret (generated once into a credentials directory, never hard-coded)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,23 @@ import yaml
 from ray.serve.schema import ServeDeploySchema
 from typer.testing import CliRunner
 
+from aiops.auth import Role, TokenStore
 from aiops.k8s.cli import app
 from aiops.k8s.lint import lint_documents, rayservice_schema
-from aiops.k8s.render import RenderOptions, render
+from aiops.k8s.render import RenderOptions, StackCredentials, render
 from serve.specs import load_specs
 
 MODELS = Path(__file__).resolve().parents[2] / "models-test.yaml"
 
 
 @pytest.fixture(scope="module")
-def manifests() -> list[dict[str, Any]]:
-    return render(load_specs(MODELS), MODELS.read_text())
+def credentials(tmp_path_factory: pytest.TempPathFactory) -> StackCredentials:
+    return StackCredentials.load(tmp_path_factory.mktemp("credentials"))
+
+
+@pytest.fixture(scope="module")
+def manifests(credentials: StackCredentials) -> list[dict[str, Any]]:
+    return render(load_specs(MODELS), MODELS.read_text(), credentials=credentials)
 
 
 def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -65,19 +72,113 @@ def test_serve_config_is_what_aiops_up_deploys_and_ray_accepts_it(
     assert config["http_options"] == {"host": "0.0.0.0", "port": 8000}
 
 
-def test_worker_group_bounds_follow_the_specs_autoscaling(tmp_path: Path) -> None:
+def test_the_openai_endpoints_require_the_generated_api_key_and_replicas_send_their_token(
+    manifests: list[dict[str, Any]], credentials: StackCredentials,
+) -> None:
+    config = yaml.safe_load(_one(manifests, "RayService")["spec"]["serveConfigV2"])
+    [ingress] = [a for a in config["applications"] if a["name"] == "aiops"]
+    assert ingress["args"]["api_keys"] == [credentials.openai_api_key]
+    assert len(credentials.openai_api_key) >= 32
+    # Every application's exporters carry the `serve` ingest token (the server, beyond
+    # loopback, refuses anonymous telemetry).
+    assert {a["name"]: a["args"]["telemetry"].get("token") for a in config["applications"]} \
+        == {a["name"]: credentials.serve for a in config["applications"]}
+
+
+def test_the_secret_is_generated_once_and_reused(tmp_path: Path) -> None:
+    first = StackCredentials.load(tmp_path / "creds")
+    assert StackCredentials.load(tmp_path / "creds") == first  # a re-render rotates nothing
+    other = StackCredentials.load(tmp_path / "elsewhere")
+    assert {first.admin, first.serve, first.ebpf, first.openai_api_key}.isdisjoint(
+        {other.admin, other.serve, other.ebpf, other.openai_api_key})
+    docs = render(load_specs(MODELS), MODELS.read_text(), credentials=first)
+    secret = _one(docs, "Secret")
+    assert secret["metadata"]["name"] == "aiops-credentials"
+    assert secret["stringData"] == {"admin.token": first.admin, "serve.token": first.serve,
+                                    "ebpf.token": first.ebpf,
+                                    "openai-api.key": first.openai_api_key}
+    # No secret value anywhere but the Secret and (the ingress's args) the RayService.
+    for doc in docs:
+        if doc["kind"] not in ("Secret", "RayService"):
+            text = yaml.safe_dump(doc)
+            assert not any(v in text for v in secret["stringData"].values()), doc["kind"]
+
+
+def _pod(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    spec: dict[str, Any] = _one(docs, kind)["spec"]["template"]["spec"]
+    return spec
+
+
+def _secret_keys(pod: dict[str, Any]) -> list[str]:
+    [volume] = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == "aiops-credentials"
+    return [i["key"] for i in volume["secret"]["items"]]
+
+
+def test_each_component_gets_only_its_own_credentials(manifests: list[dict[str, Any]]) -> None:
+    server = _pod(manifests, "Deployment")
+    assert sorted(_secret_keys(server)) == ["admin.token", "ebpf.token", "openai-api.key",
+                                            "serve.token"]
+    [init] = server["initContainers"]
+    assert init["command"][:3] == ["aiops", "credentials", "init"]
+    source = init["command"][init["command"].index("--from") + 1]
+    assert {"name": "credentials", "mountPath": source, "readOnly": True} in \
+        init["volumeMounts"]
+    env = {e["name"]: e for e in server["containers"][0]["env"]}
+    assert env["AIOPS_SERVER_HOST"]["value"] == "0.0.0.0"  # beyond loopback: tokens required
+    assert env["AIOPS_AGENT_LLM_API_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "aiops-credentials", "key": "openai-api.key"}
+    cluster = _one(manifests, "RayService")["spec"]["rayClusterConfig"]
+    ray_pods = [cluster["headGroupSpec"]["template"]["spec"],
+                *(g["template"]["spec"] for g in cluster["workerGroupSpecs"])]
+    assert not any("volumes" in p for p in ray_pods)  # their token is in their Serve args
+    ebpf = _pod(manifests, "DaemonSet")
+    assert _secret_keys(ebpf) == ["ebpf.token"]
+    [container] = ebpf["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    # Where the collector reads its ingest token: <data_dir>/credentials/ebpf.token.
+    assert mounts[f"{env['AIOPS_DATA_DIR']}/credentials"]["name"] == "credentials"
+
+
+def test_the_server_adopts_the_secret_and_registers_its_tokens(
+    tmp_path: Path, manifests: list[dict[str, Any]], credentials: StackCredentials,
+) -> None:
+    mounted = tmp_path / "secret"
+    mounted.mkdir()
+    for key, value in _one(manifests, "Secret")["stringData"].items():
+        (mounted / key).write_text(value)
+    data = tmp_path / "data"
+    [init] = _pod(manifests, "Deployment")["initContainers"]
+    args = [str(mounted) if a.startswith("/etc/") else a for a in init["command"][1:]]
+    from aiops.cli import app as aiops_app
+
+    result = CliRunner().invoke(aiops_app, [*args, "--data-dir", str(data)])
+    assert result.exit_code == 0, result.output
+    store = TokenStore(data / "tokens.json")
+    serve, ebpf = store.lookup(credentials.serve), store.lookup(credentials.ebpf)
+    assert serve is not None and serve.ingest and serve.provenance and serve.role is None
+    assert ebpf is not None and ebpf.ingest and not ebpf.provenance
+    assert (data / "admin.token").read_text() == credentials.admin
+    assert not any(v in result.output for v in (credentials.admin, credentials.serve))
+
+
+def test_worker_group_bounds_follow_the_specs_autoscaling(
+    tmp_path: Path, credentials: StackCredentials,
+) -> None:
     specs = tmp_path / "models.yaml"
     specs.write_text(yaml.safe_dump({"models": [{
         "name": "echo", "version": "v1", "backend": "echo", "model_type": "llm",
         "resources": {"num_cpus": 1}, "autoscaling": {"min_replicas": 2, "max_replicas": 9}}]}))
-    docs = render(load_specs(specs), specs.read_text(), RenderOptions(worker_cpus=4))
+    docs = render(load_specs(specs), specs.read_text(), RenderOptions(worker_cpus=4),
+                  credentials=credentials)
     [group] = _one(docs, "RayService")["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     # 2 x 1 CPU + the ingress's 0.1 -> 1 worker of 4; 9 x 1 + 0.1 -> 3 workers.
     assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (1, 1, 3)
 
 
 def test_rendered_manifests_pass_lint_and_only_the_ebpf_daemonset_is_privileged(
-    manifests: list[dict[str, Any]],
+    manifests: list[dict[str, Any]], credentials: StackCredentials,
 ) -> None:
     assert lint_documents(manifests) == []
     privileged = [d["metadata"]["name"] for d in manifests
@@ -85,19 +186,27 @@ def test_rendered_manifests_pass_lint_and_only_the_ebpf_daemonset_is_privileged(
     assert privileged == ["aiops-ebpf"]
     server = _one(manifests, "Deployment")["spec"]
     assert server["replicas"] == 1 and server["strategy"] == {"type": "Recreate"}
-    no_ebpf = render(load_specs(MODELS), MODELS.read_text(), RenderOptions(ebpf=False))
+    no_ebpf = render(load_specs(MODELS), MODELS.read_text(), RenderOptions(ebpf=False),
+                     credentials=credentials)
     assert "DaemonSet" not in {d["kind"] for d in no_ebpf}
 
 
 def test_render_then_lint_on_the_command_line(tmp_path: Path) -> None:
     out = tmp_path / "aiops.yaml"
     runner = CliRunner()
+    refused = runner.invoke(app, ["render", "--models", str(MODELS)])
+    assert refused.exit_code == 2 and "--credentials" in refused.output
     result = runner.invoke(app, ["render", "--models", str(MODELS), "--image",
-                                 "registry.example/aiops:1.2.3", "--out", str(out)])
+                                 "registry.example/aiops:1.2.3", "--credentials",
+                                 str(tmp_path / "creds"), "--out", str(out)])
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(out.read_text()))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "PersistentVolumeClaim", "Deployment",
-                                         "Service", "RayService", "DaemonSet"]
+    assert [d["kind"] for d in docs] == ["Secret", "ConfigMap", "PersistentVolumeClaim",
+                                         "Deployment", "Service", "RayService", "DaemonSet"]
     assert "registry.example/aiops:1.2.3" in out.read_text()
+    assert out.stat().st_mode & 0o777 == 0o600  # it holds the Secret
+    token = TokenStore(tmp_path / "creds" / "tokens.json").lookup(
+        (tmp_path / "creds" / "credentials" / "serve.token").read_text())
+    assert token is not None and token.ingest and token.role is not Role.ADMIN
     result = runner.invoke(app, ["lint", str(out)])
     assert result.exit_code == 0 and "no findings" in result.output
