@@ -20,12 +20,14 @@ telemetry (``anonymous_on_loopback``); beyond loopback nothing is anonymous.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import ipaddress
 import json
 import os
 import secrets
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
@@ -234,34 +236,55 @@ class TokenStore:
         return Principal(str(found["name"]), role, ingest=role is None,
                          provenance=role is None and bool(found.get("provenance")))
 
+    @contextlib.contextmanager
+    def _editing(self) -> Iterator[list[dict[str, Any]]]:
+        """The current entries, under an exclusive lock (several processes edit the file:
+        the CLI, the Serve driver, the eBPF collector), read afresh. The lock is taken on the
+        folder itself, so no lock file is left beside the secrets."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with self._lock:
+                self._stamp = None
+            yield self.entries()
+        finally:
+            os.close(fd)  # releases the lock
+
     def add(self, name: str, role: Role | None, provenance: bool = False) -> str:
         """Make a new token called ``name``; return it (only its digest is kept)."""
-        if any(e.get("name") == name for e in self.entries()):
-            raise ValueError(f"a token called {name!r} exists: revoke it first")
         token = f"aiops_{secrets.token_urlsafe(32)}"
-        self.put(name, token, role, provenance)
+        with self._editing() as entries:
+            if any(e.get("name") == name for e in entries):
+                raise ValueError(f"a token called {name!r} exists: revoke it first")
+            self._put(entries, name, token, role, provenance)
         return token
 
     def put(self, name: str, token: str, role: Role | None, provenance: bool = False) -> None:
+        """Register ``token`` as ``name`` (replacing an entry of that name)."""
+        with self._editing() as entries:
+            self._put(entries, name, token, role, provenance)
+
+    def _put(self, entries: list[dict[str, Any]], name: str, token: str, role: Role | None,
+             provenance: bool) -> None:
         if not name or len(name) > 64 or not all(c.isalnum() or c in "._-" for c in name):
             raise ValueError(f"token name {name!r}: 1-64 letters, digits, '.', '_' or '-'")
         entry = {"name": name, "role": role.label if role else None,
                  "provenance": bool(provenance), "sha256": _digest(token),
                  "created": datetime.now(UTC).isoformat(timespec="seconds")}
-        entries = [e for e in self.entries() if e.get("name") != name]
-        current = next((e for e in self.entries() if e.get("name") == name), None)
+        current = next((e for e in entries if e.get("name") == name), None)
         if current is not None and current.get("sha256") == entry["sha256"] \
                 and current.get("role") == entry["role"] \
                 and current.get("provenance") == entry["provenance"]:
             return
-        self._write([*entries, entry])
+        self._write([*(e for e in entries if e.get("name") != name), entry])
 
     def revoke(self, name: str) -> bool:
-        entries = self.entries()
-        kept = [e for e in entries if e.get("name") != name]
-        if len(kept) == len(entries):
-            return False
-        self._write(kept)
+        with self._editing() as entries:
+            kept = [e for e in entries if e.get("name") != name]
+            if len(kept) == len(entries):
+                return False
+            self._write(kept)
         return True
 
     def _write(self, entries: list[dict[str, Any]]) -> None:

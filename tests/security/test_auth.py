@@ -212,3 +212,20 @@ def test_revoked_tokens_stop_working_without_a_restart(
     assert _call(url, "GET", "/api/v1/incidents", tokens["viewer"]).status_code == 200
     assert TokenStore(tmp_path / "tokens.json").revoke("grafana")
     assert _call(url, "GET", "/api/v1/incidents", tokens["viewer"]).status_code == 401
+
+
+def _add_token(path: str, name: str) -> str:
+    return TokenStore(Path(path)).add(name, Role.VIEWER)
+
+
+def test_tokens_added_by_several_processes_at_once_are_all_kept(tmp_path: Path) -> None:
+    """The Serve driver, the eBPF collector and the CLI edit tokens.json independently."""
+    import multiprocessing
+
+    path = tmp_path / "tokens.json"
+    names = [f"p{i}" for i in range(8)]
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        tokens = pool.starmap(_add_token, [(str(path), n) for n in names])
+    store = TokenStore(path)
+    assert sorted(e["name"] for e in store.entries()) == names
+    assert [p.name for p in map(store.lookup, tokens) if p is not None] == names
