@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from aiops.bench.cli import app as bench_app
 from aiops.config import Settings, load_settings, settings_reference
 from aiops.errors import AIOpsError
 from aiops.schema import schema_reference
@@ -24,6 +24,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 config_app = typer.Typer(no_args_is_help=True, help="Show or document the configuration.")
 app.add_typer(config_app, name="config")
 app.add_typer(token_app, name="token")
+app.add_typer(bench_app, name="bench")
 
 def _mount_optional() -> None:
     """Commands whose modules live beside the core (the agent, dashboards as code,
@@ -357,213 +358,6 @@ def ebpf_run() -> None:
 
     raise typer.Exit(collector_main())
 
-
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (figures in docs/benchmarks.md).")
-app.add_typer(bench_app, name="bench")
-
-
-@bench_app.command("ingest")
-def bench_ingest(
-    spans_per_request: Annotated[int, typer.Option(help="Spans in one OTLP request.")] = 1000,
-    requests: Annotated[int, typer.Option(help="Distinct pre-encoded requests.")] = 20,
-    rounds: Annotated[int, typer.Option(help="Times each request is replayed.")] = 5,
-    clients: Annotated[int, typer.Option(help="Concurrent HTTP client threads.")] = 4,
-) -> None:
-    """OTLP spans over HTTP into DuckDB, beside the store's own append rates."""
-    from aiops.bench.ingest import run_ingest
-
-    r = run_ingest(requests, spans_per_request, rounds, clients)
-    t = Table("figure", "value", title=f"ingest: {r.spans:,} spans, {clients} clients")
-    core = " (server on 1 core)" if r.pinned else ""
-    t.add_row(f"OTLP/HTTP protobuf spans -> DuckDB (spans/s){core}", f"{r.http_spans_per_s:,.0f}")
-    t.add_row(f"OTLP/HTTP protobuf logs -> DuckDB (records/s){core}",
-              f"{r.http_logs_per_s:,.0f}")
-    t.add_row("server peak RSS (MiB)", f"{r.server_peak_rss_mib:,.0f}")
-    t.add_row("store: Arrow batch append (rows/s)", f"{r.arrow_append_rows_per_s:,.0f}")
-    t.add_row("peer: DuckDB executemany (rows/s)", f"{r.executemany_rows_per_s:,.0f}")
-    ratio = r.arrow_append_rows_per_s / r.executemany_rows_per_s
-    t.add_row("Arrow / executemany", f"{ratio:,.0f}x")
-    console.print(t)
-
-
-@bench_app.command("serve")
-def bench_serve(
-    latency_samples: Annotated[int, typer.Option(help="Requests per path.")] = 400,
-    chat_requests: Annotated[int, typer.Option(help="Chat requests per side.")] = 16,
-    max_tokens: Annotated[int, typer.Option(help="max_tokens per chat request.")] = 96,
-) -> None:
-    """Tokens/s full stack vs in-process; latency added over a bare Serve deployment."""
-    from aiops.bench.serving import run_serving
-
-    r = run_serving(latency_samples, chat_requests, max_tokens)
-    t = Table("figure", "aiops", "peer", "ratio / delta",
-              title=f"serve: {chat_requests} chat requests, {latency_samples} echo requests")
-    t.add_row("chat tokens/s (stack vs in-process)", f"{r.stack_tokens_per_s:,.1f}",
-              f"{r.inprocess_tokens_per_s:,.1f}",
-              f"{r.stack_tokens_per_s / r.inprocess_tokens_per_s:.2f}x")
-    t.add_row("p50 latency ms (aiops vs bare Serve)", f"{r.aiops_p50_ms:.2f}",
-              f"{r.bare_p50_ms:.2f}", f"+{r.aiops_p50_ms - r.bare_p50_ms:.2f} ms")
-    t.add_row("p99 latency ms (aiops vs bare Serve)", f"{r.aiops_p99_ms:.2f}",
-              f"{r.bare_p99_ms:.2f}", f"+{r.aiops_p99_ms - r.bare_p99_ms:.2f} ms")
-    t.add_row("p50 latency ms (aiops vs bare Serve+FastAPI)", f"{r.aiops_p50_ms:.2f}",
-              f"{r.fastapi_p50_ms:.2f}", f"+{r.aiops_p50_ms - r.fastapi_p50_ms:.2f} ms")
-    t.add_row("p99 latency ms (aiops vs bare Serve+FastAPI)", f"{r.aiops_p99_ms:.2f}",
-              f"{r.fastapi_p99_ms:.2f}", f"+{r.aiops_p99_ms - r.fastapi_p99_ms:.2f} ms")
-    cost = 1 - r.provenance_on_rps / r.provenance_off_rps
-    t.add_row("echo req/s, provenance ledger on vs off", f"{r.provenance_on_rps:,.1f}",
-              f"{r.provenance_off_rps:,.1f}", f"cost {cost:+.1%}")
-    console.print(t)
-
-
-@bench_app.command("ebpf")
-def bench_ebpf(
-    syscalls: Annotated[int, typer.Option(help="Syscalls per timed loop.")] = 2_000_000,
-    rounds: Annotated[int, typer.Option(help="Off/on rounds (medians reported).")] = 3,
-    workload_s: Annotated[float, typer.Option(help="Seconds of mixed traffic.")] = 30.0,
-) -> None:
-    """Per-syscall cost with tracing on vs off; the collector's CPU share under load (root)."""
-    from aiops.bench.ebpf import run_ebpf
-
-    try:
-        r = run_ebpf(syscalls, rounds, workload_s)
-    except AIOpsError as exc:
-        raise _fail(exc) from exc
-    t = Table("ns per call", "tracing off", "empty programs", "tracing on", "ratio on/off",
-              title=f"ebpf: {syscalls:,} syscalls x {rounds} rounds; "
-                    f"{r.requests} requests in {workload_s:.0f} s")
-    for name, c in r.syscalls.items():
-        t.add_row(name, f"{c.off_ns:.0f}", f"{c.floor_ns:.0f} ({c.floor_ratio:.2f}x)",
-                  f"{c.on_ns:.0f}", f"{c.ratio:.2f}x")
-    console.print(t)
-    cores = os.cpu_count() or 1
-    console.print(f"collector CPU under the mixed workload: {r.collector_cpu_share:.2%} of one "
-                  f"core, {r.collector_cpu_share / cores:.2%} of this machine ({cores} cores)")
-
-
-@bench_app.command("mttr")
-def bench_mttr(runs: Annotated[int, typer.Option(help="Fault/recovery cycles.")] = 3) -> None:
-    """Canary latency fault -> detected -> rolled back -> SLI recovered, on the embedded stack."""
-    from aiops.bench.mttr import run_mttr
-
-    try:
-        r = run_mttr(runs)
-    except AIOpsError as exc:
-        raise _fail(exc) from exc
-    t = Table("run", "detected (s)", "rolled back (s)", "recovered (s)",
-              title="mttr: seconds from the faulty canary taking traffic")
-    for i, run in enumerate(r.runs, 1):
-        t.add_row(str(i), f"{run.detected_s:.1f}", f"{run.acted_s:.1f}",
-                  f"{run.recovered_s:.1f}")
-    t.add_row("median", f"{r.median('detected_s'):.1f}", f"{r.median('acted_s'):.1f}",
-              f"{r.median('recovered_s'):.1f}")
-    console.print(t)
-
-
-@bench_app.command("durability")
-def bench_durability(
-    rounds: Annotated[int, typer.Option(help="Ingest rounds, each ended by SIGKILL.")] = 5,
-    seconds: Annotated[float, typer.Option(help="Seconds of ingest before each kill.")] = 6.0,
-    spans_per_request: Annotated[int, typer.Option(help="Spans in one request.")] = 2000,
-    read_timeout_s: Annotated[float, typer.Option(help="Server's ingest read deadline.")] = 10.0,
-    attack_s: Annotated[float, typer.Option(help="Seconds of exports beside slow uploads.")]
-    = 15.0,
-) -> None:
-    """Acknowledged spans across kill -9 restarts; overload past a small ingest budget; slow
-    uploads announcing big bodies."""
-    from aiops.bench.durability import run_durability, run_overload, run_slow_upload, tally
-
-    d = run_durability(rounds, seconds, 4, spans_per_request)
-    t = Table("figure", "value", title=f"durability: {rounds} rounds of 4 clients, SIGKILL "
-                                       f"after {seconds:g} s, restart on the same data")
-    t.add_row("spans acknowledged (HTTP 200)", f"{d.acked_spans:,}")
-    t.add_row("acknowledged spans lost", f"{d.lost:,}")
-    t.add_row("spans/s during the rounds", f"{d.spans_per_s:,.0f}")
-    console.print(t)
-    o = run_overload()
-    t = Table("figure", "value", title="overload: 8 MiB ingest budget, 64 MiB DuckDB, 8 clients "
-                                       f"x 25 requests of {o.request_bytes / 2**20:.2f} MiB")
-    t.add_row("200 / 503 / other", tally(o.statuses))
-    t.add_row("Retry-After on every 503", str(o.retry_after_on_every_503))
-    t.add_row("aiops_ingest_buffer_peak_bytes (MiB)", f"{o.buffer_peak_bytes / 2**20:.2f}")
-    t.add_row("server RSS growth, VmHWM - baseline (MiB)", f"{o.rss_growth_mib:.0f}")
-    t.add_row("a small export right after", str(o.status_after))
-    console.print(t)
-    s = run_slow_upload(read_timeout_s, attack_s)
-    t = Table("figure", "value", title=f"slow uploads: 2 announcing {s.announced_bytes:,} bytes, "
-                                       f"10 sent; 4 clients exporting for {attack_s:g} s")
-    t.add_row("valid exports 200 / 503 / other", tally(s.statuses))
-    for i, (head, after) in enumerate(s.cut_off, 1):
-        t.add_row(f"slow upload {i} (read deadline {read_timeout_s:g} s)",
-                  f"{head} after {after:.1f} s")
-    console.print(t)
-
-
-DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
-DatasetsOption = Annotated[Path, typer.Option(
-    help="Root of the public corpora (nezha/, rcd_sockshop/, loghub2k/, nab/, published/).")]
-
-
-@bench_app.command("rca")
-def bench_rca(datasets: DatasetsOption = DATASETS) -> None:
-    """Root-cause ranking: Nezha (AS@1/3/5 per system) and RCD Sock Shop (Avg@5)."""
-    from aiops.evals import nezha, sockshop
-
-    _need(datasets / "nezha", datasets / "rcd_sockshop")
-    published = datasets / "published"
-    console.print(nezha.render(nezha.run_nezha(datasets / "nezha"),
-                               published / "nezha_fse23_table3_table4.csv"))
-    console.print(sockshop.render(sockshop.run_sockshop(datasets / "rcd_sockshop"),
-                                  published / "rcaeval_ase24_table5_avg5.csv"))
-
-
-@bench_app.command("logs")
-def bench_logs(datasets: DatasetsOption = DATASETS) -> None:
-    """Log parsing on Loghub-2.0 2k: GA and PA per system, beside Drain's published rows."""
-    from aiops.evals.loghub import render, run_loghub
-
-    _need(datasets / "loghub2k")
-    console.print(render(run_loghub(datasets / "loghub2k",
-                                    datasets / "published"
-                                    / "loghub2_issta24_effectiveness_2k_vs_full.csv")))
-
-
-@bench_app.command("anomaly")
-def bench_anomaly(datasets: DatasetsOption = DATASETS) -> None:
-    """Streaming metric anomaly detection on NAB (standard, low-FP, low-FN profiles), beside
-    the reference detectors re-scored from their saved outputs and the published scoreboard."""
-    from aiops.evals.nab import render, run_nab
-
-    _need(datasets / "nab")
-    console.print(render(run_nab(datasets / "nab")))
-
-
-def _need(*folders: Path) -> None:
-    missing = [str(f) for f in folders if not f.is_dir()]
-    if missing:
-        err_console.print(f"[red]error:[/red] corpus folder(s) not found: {', '.join(missing)} "
-                          "(pass --datasets)")
-        raise typer.Exit(2)
-
-
-@bench_app.command("all")
-def bench_all() -> None:
-    """Every benchmark with its defaults (what `make bench` runs)."""
-    bench_ingest()
-    bench_serve()
-    from collectors.ebpf.collector import preflight
-
-    if preflight():
-        console.print("ebpf: skipped: " + "; ".join(preflight()))
-    else:
-        bench_ebpf()
-    bench_mttr()
-    bench_durability()
-    if (DATASETS / "nezha").is_dir():
-        bench_rca()
-        bench_logs()
-        bench_anomaly()
-    else:
-        console.print(f"rca, logs: skipped: no corpora at {DATASETS}")
 
 models_app = typer.Typer(no_args_is_help=True, help="Model specs.")
 app.add_typer(models_app, name="models")
