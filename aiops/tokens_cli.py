@@ -10,17 +10,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from aiops.auth import TOKENS_FILE, AuthError, Role, TokenStore
+from aiops.cli_common import console
 from aiops.config import Settings
 
 __all__ = ["app"]
 
 app = typer.Typer(help="Scoped bearer tokens: viewer, operator, admin, or ingest (OTLP only).",
                   no_args_is_help=True)
-console = Console()
 
 
 def _store(ctx: typer.Context) -> TokenStore:

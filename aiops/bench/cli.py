@@ -7,23 +7,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from aiops.cli_common import console, err_console, fail
 from aiops.errors import AIOpsError
 
 __all__ = ["app"]
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks (figures in docs/benchmarks.md).")
 bench_app = app
-console = Console()
-err_console = Console(stderr=True)
-
-
-def _fail(exc: AIOpsError, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-    return typer.Exit(code)
+_fail = fail
 
 
 
