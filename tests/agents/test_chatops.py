@@ -3,10 +3,7 @@ signature, 3-second acknowledgement and follow-up to ``response_url``."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import queue
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +11,7 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from agents.chatops import AgentService, make_router
@@ -25,8 +22,8 @@ from aiops.remediation.policy import DEMO_POLICY
 from aiops.server.guard import Guards
 from aiops.store import Store
 from tests.agents.scenario import slow_canary
+from tests.agents.slack import response_receiver, signed
 from tests.conftest import RunningServer
-from tests.loopback import serving
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TOKEN = "admin-t0ken-for-chatops"
@@ -128,24 +125,13 @@ def test_more_questions_than_slots_get_a_retryable_429(settings: Settings,
 
 
 def _signed(body: str, secret: str = SECRET, ts: int | None = None) -> dict[str, str]:
-    ts = ts or int(time.time())
-    mac = hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
-    return {"x-slack-request-timestamp": str(ts), "x-slack-signature": f"v0={mac}",
-            "content-type": "application/x-www-form-urlencoded"}
+    return signed(body, secret, ts)
 
 
 @pytest.fixture
 def receiver() -> Any:
-    got: queue.Queue[dict[str, Any]] = queue.Queue()
-    app = FastAPI()
-
-    @app.post("/hook")
-    async def hook(request: Request) -> dict[str, bool]:
-        got.put(await request.json())
-        return {"ok": True}
-
-    with serving(app) as url:
-        yield f"{url}/hook", got
+    with response_receiver() as hook:
+        yield hook
 
 
 def test_slack_acks_within_3_s_and_posts_the_answer(server: RunningServer,

@@ -23,6 +23,7 @@ from aiops.auth import Role, TokenStore, is_loopback
 from aiops.cli import app
 from aiops.config import SECRET_SETTINGS, Settings
 from dashboards.datasources import INFINITY_PLUGIN
+from tests.test_compose import _env
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -37,14 +38,6 @@ SECRET_NAME = re.compile(r"PASSWORD|TOKEN|SECRET|API_KEY|_KEYS\b", re.IGNORECASE
 NOT_SECRET = {"server_tls_key", "trusted_keys"}
 
 
-def _env(service: dict[str, Any]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for f in service.get("env_file", []):
-        for line in (ROOT / f).read_text().splitlines():
-            if line.strip() and not line.startswith("#"):
-                key, _, value = line.partition("=")
-                env[key] = value
-    return {**env, **{k: str(v) for k, v in (service.get("environment") or {}).items()}}
 
 
 def _ports(service: dict[str, Any]) -> list[tuple[str, bool]]:

@@ -4,8 +4,6 @@ request is used once."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import queue
 import time
@@ -16,7 +14,7 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from agents import chatops
@@ -29,8 +27,8 @@ from aiops.remediation.policy import DEMO_POLICY
 from aiops.server.guard import Guards
 from aiops.store import Store
 from tests.agents.scenario import slow_canary
+from tests.agents.slack import response_receiver, signed
 from tests.conftest import RunningServer
-from tests.loopback import serving
 
 SECRET = "3c1f0e9a7b5d42e8a6f1c0b9d8e7f6a5"
 TOKEN = "admin-token-for-slack-tests"
@@ -55,23 +53,12 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def receiver() -> Iterator[tuple[str, queue.Queue[dict[str, Any]]]]:
-    got: queue.Queue[dict[str, Any]] = queue.Queue()
-    app = FastAPI()
-
-    @app.post("/hook")
-    async def hook(request: Request) -> dict[str, bool]:
-        got.put(await request.json())
-        return {"ok": True}
-
-    with serving(app) as url:
-        yield f"{url}/hook", got
+    with response_receiver() as hook:
+        yield hook
 
 
 def _signed(body: str, ts: int | None = None) -> dict[str, str]:
-    ts = ts or int(time.time())
-    mac = hmac.new(SECRET.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
-    return {"x-slack-request-timestamp": str(ts), "x-slack-signature": f"v0={mac}",
-            "content-type": "application/x-www-form-urlencoded"}
+    return signed(body, SECRET, ts)
 
 
 def _slack(server: RunningServer, receiver: Any, text: str, user_id: str,
