@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from aiops.attach.cli import app as attach_app
 from aiops.bench.cli import app as bench_app
 from aiops.cli_common import console, err_console, fail, settings_of
 from aiops.config import load_settings, settings_reference
@@ -27,6 +28,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(token_app, name="token")
 app.add_typer(bench_app, name="bench")
 app.add_typer(models_app, name="models")
+app.add_typer(attach_app, name="attach")
 
 def _mount_optional() -> None:
     """Commands whose modules live beside the core (the agent, dashboards as code,

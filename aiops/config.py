@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,10 +23,45 @@ from pydantic_settings import (
 
 from aiops.errors import ConfigError
 
-__all__ = ["CONFIG_FILE_ENV", "ENV_PREFIX", "Settings", "load_settings", "settings_reference"]
+__all__ = ["CONFIG_FILE_ENV", "ENV_PREFIX", "AttachTarget", "Settings", "load_settings",
+           "settings_reference"]
 
 ENV_PREFIX = "AIOPS_"
 CONFIG_FILE_ENV = "AIOPS_CONFIG"
+
+
+class AttachTarget(BaseModel):
+    """Serving that aiops observes and acts on without having started it (``aiops attach``):
+    a Ray cluster (its dashboard address) or a vLLM OpenAI server (its base address)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["ray", "vllm"]
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$",
+                      description="Name of the target, unique; the scrape job of its metrics.")
+    url: str = Field(pattern=r"^https?://[^\s/]+(/[^\s]*)?$", max_length=512,
+                     description="Ray: the dashboard (`http://head:8265`); vLLM: the server "
+                     "(`http://host:8000`).")
+    token_file: Path | None = Field(None, description="File holding the bearer token the "
+                                    "target wants (Ray's auth token; a vLLM `--api-key`).")
+    metrics_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$", max_length=512,
+        description="Prometheus endpoint to scrape: Ray's `--metrics-export-port` "
+        "(`http://head:8080/metrics`); for vLLM the default is `<url>/metrics`.")
+
+    def token(self) -> str | None:
+        """The target's token, read now (a rotated file is picked up), or None."""
+        if self.token_file is None:
+            return None
+        try:
+            value = self.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"attach target {self.name}: cannot read token file "
+                              f"{self.token_file}: {exc.strerror or exc}") from exc
+        if not value:
+            raise ConfigError(f"attach target {self.name}: token file {self.token_file} is "
+                              "empty")
+        return value
 
 
 class Settings(BaseSettings):
@@ -213,6 +248,21 @@ class Settings(BaseSettings):
     slack_response_hosts: str = Field(
         "hooks.slack.com", description="Comma-separated hosts a Slack `response_url` may "
         "point at (the follow-up answer is posted there; anything else is refused).")
+
+    # Serving aiops did not start (docs/attach.md).
+    attach: tuple[AttachTarget, ...] = Field(
+        (), max_length=64, description="Targets to observe and act on: in the TOML file "
+        "`[[attach]]` tables (kind, name, url, token_file, metrics_url); `aiops attach add` "
+        "keeps more in `<data_dir>/attach.json`.")
+    service_map_file: Path | None = Field(
+        None, description="Who calls whom, when traces do not say (YAML `calls: {caller: "
+        "[callee, ...]}`): incidents group a caller's symptoms with its callee's and rank the "
+        "callee first (docs/attach.md).")
+    attach_interval_s: float = Field(5.0, gt=0, description="Seconds between reads of each "
+                                     "attached Ray cluster's Serve applications.")
+    attach_healthy_after_s: float = Field(
+        60.0, gt=0, description="Seconds a Serve application's config must run with no open "
+        "incident on it before aiops keeps it as the one a rollback re-applies.")
 
     @property
     def agent_llm_base(self) -> str | None:

@@ -46,12 +46,15 @@ class Component:
 def settings_env(settings: Settings) -> dict[str, str]:
     """The settings as ``AIOPS_*`` variables, so child processes read the very same config."""
     env = {}
+    dumped = settings.model_dump(mode="json")
     for name in Settings.model_fields:
         value = getattr(settings, name)
         if value is None:
             continue
         if isinstance(value, Path):
             value = value.resolve()
+        elif isinstance(value, tuple | list | dict):
+            value = json.dumps(dumped[name])  # pydantic-settings reads these as JSON
         env[f"{ENV_PREFIX}{name.upper()}"] = str(value)
     return env
 

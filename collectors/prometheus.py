@@ -146,6 +146,10 @@ class Scraper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def set_targets(self, targets: list[Target]) -> None:
+        """Replace the targets (attached serving comes and goes); the next round uses them."""
+        self.targets = list(targets)
+
     def scrape_once(self) -> int:
         rows: list[dict[str, Any]] = []
         for target in self.targets:
@@ -157,7 +161,7 @@ class Scraper:
                 rows += families_to_rows(resp.text, target, now)
                 up = 1.0
             except (httpx.HTTPError, ValueError) as exc:
-                self.errors[target.job] += 1
+                self.errors[target.job] = self.errors.get(target.job, 0) + 1
                 log.warning("scrape of %s (%s) failed: %s", target.job, target.url, exc)
             rows.append({"service_name": target.job, "scope_name": SCOPE, "time": now,
                          "name": "up", "type": "gauge", "value": up,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiops.analytics.findings import Entity, EvidenceKind
+from aiops.analytics.findings import SPAN_VERSION, Entity, EvidenceKind
 from aiops.analytics.incidents import RankedCause
 from aiops.analytics.logs import LogTemplates
 from aiops.store import Store
@@ -33,8 +33,8 @@ WHERE name = 'gen_ai.server.request.duration' AND epoch_ns(time) > ?
 GROUP BY ALL
 """
 
-_FIRST_SEEN = """
-SELECT attributes->>'aiops.model.version' AS version, min(epoch_ns(start_time)) AS first_ns
+_FIRST_SEEN = f"""
+SELECT {SPAN_VERSION} AS version, min(epoch_ns(start_time)) AS first_ns
 FROM spans WHERE service_name = ? AND epoch_ns(start_time) > ? GROUP BY ALL
 """
 

@@ -20,6 +20,7 @@ from aiops.analytics.incidents import Incident, IncidentTracker, to_table
 from aiops.analytics.kernel import kernel_findings
 from aiops.analytics.logstream import LogDetector
 from aiops.analytics.slo import BurnWindow, Objective, burn_findings, parse_windows
+from aiops.analytics.topology import ServiceMap
 from aiops.analytics.traces import TraceThresholds, trace_findings
 from aiops.errors import AIOpsError
 from aiops.store import Store
@@ -37,6 +38,7 @@ class AnalyzerConfig:
     traces: TraceThresholds = field(default_factory=TraceThresholds)
     resolve_after_s: float = 30.0
     objectives: tuple[Objective, ...] = ()
+    calls: ServiceMap | None = None  # a declared service map (docs/attach.md)
 
 
 def objectives_from_specs(models_file: Path | None) -> tuple[Objective, ...]:
@@ -69,7 +71,7 @@ class Analyzer:
         self.on_round = on_round  # remediation acts on what each round found
         self.config = config
         self.clock = clock
-        self.tracker = IncidentTracker(config.resolve_after_s)
+        self.tracker = IncidentTracker(config.resolve_after_s, calls=config.calls)
         self.logs = LogDetector()
         self.templates = self.logs.templates
         self.stats = AnalyzerStats()

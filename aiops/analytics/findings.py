@@ -3,6 +3,11 @@
 An entity is a model version (``service`` = model name, ``version``), optionally narrowed to a
 replica; evidence names rows that exist in the store (a trace id, a log template, a metric
 series with its numbers), so every claim can be checked with one query.
+
+Whose telemetry a row is (docs/attach.md has the whole mapping): ``service`` is the resource's
+``service.name``; ``version`` the span's ``aiops.model.version`` (aiops' own serving sets it,
+also on the ingress, where it names the version a request was routed to), else the resource's
+``service.version``, which any app instrumented with the OpenTelemetry SDK reports.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ from typing import Any
 
 from aiops.analytics.rca import Evidence, EvidenceKind, FaultClass
 
-__all__ = ["Entity", "Evidence", "EvidenceKind", "FaultClass", "Finding"]
+__all__ = ["SPAN_VERSION", "Entity", "Evidence", "EvidenceKind", "FaultClass", "Finding"]
+
+SPAN_VERSION = ("coalesce(attributes->>'aiops.model.version', "
+                "resource_attributes->>'service.version')")
 
 
 @dataclass(frozen=True, order=True)

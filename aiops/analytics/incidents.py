@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from aiops.analytics.findings import Entity, Evidence, FaultClass, Finding
+from aiops.analytics.topology import ServiceMap
 from aiops.schema import INCIDENTS
 
 __all__ = ["Incident", "IncidentTracker", "RankedCause", "Status", "rank_causes", "to_table"]
@@ -64,12 +65,16 @@ def _evidence_json(e: Evidence) -> dict[str, Any]:
             "observed": e.observed, "baseline": e.baseline, "score": e.score}
 
 
-def rank_causes(findings: list[Finding]) -> list[RankedCause]:
-    """Entities at model-version level (replica kept when one replica stands out)."""
+def rank_causes(findings: list[Finding], calls: ServiceMap | None = None
+                ) -> list[RankedCause]:
+    """Entities at model-version level (replica kept when one replica stands out). The
+    ingress calls every model; ``calls`` (a declared service map) adds who calls whom
+    elsewhere: a caller whose callee also fires ranks below it."""
     by_version: dict[Entity, list[Finding]] = defaultdict(list)
     for f in findings:
         by_version[Entity(f.entity.service, f.entity.version)].append(f)
     callees = any(e.service != INGRESS for e in by_version)
+    firing = {e.service for e in by_version}
     # The best score of a callee with a kernel-level cause (a crash, an OOM kill, ...).
     explained = max((f.score for e, fs in by_version.items() if e.service != INGRESS
                      for f in fs if f.fault_class in CAUSE_CLASSES), default=0.0)
@@ -81,6 +86,8 @@ def rank_causes(findings: list[Finding]) -> list[RankedCause]:
             if explained:
                 # The caller's symptoms are explained by its callee's cause: it ranks below.
                 score = min(score, 0.99 * explained)
+        elif calls is not None and calls.callees(entity.service) & firing:
+            score *= CALLER_DISCOUNT
         kernel = [f for f in fs if f.fault_class in CAUSE_CLASSES]
         # Among kernel causes the deeper one leads, whatever the scores: an OOM kill also
         # shows as the process's exit, a crash loop as CPU spikes while it restarts, and a
@@ -149,17 +156,29 @@ class Incident:
 
 
 class IncidentTracker:
-    def __init__(self, resolve_after_s: float = 30.0, refresh_s: float = 10.0) -> None:
+    def __init__(self, resolve_after_s: float = 30.0, refresh_s: float = 10.0,
+                 calls: ServiceMap | None = None) -> None:
         self.resolve_after_ns = int(resolve_after_s * 1e9)
         self.refresh_ns = int(refresh_s * 1e9)
+        self.calls = calls
         self.open: dict[str, Incident] = {}
+
+    def _subject(self, f: Finding, firing: set[str]) -> str:
+        """One incident per fault, not per symptom: with a service map, a caller's findings
+        join the incident of a firing service it calls (the deepest, then by name)."""
+        if self.calls is None:
+            return f.subject
+        reached = self.calls.callees(f.subject) & firing
+        deepest = sorted(s for s in reached if not self.calls.callees(s) & firing)
+        return deepest[0] if deepest else f.subject
 
     def update(self, findings: list[Finding], now_ns: int) -> list[Incident]:
         """Fold one round of findings in; return the incidents that changed."""
         changed: dict[str, Incident] = {}
         by_service: dict[str, list[Finding]] = defaultdict(list)
+        firing = {f.subject for f in findings} | set(self.open)
         for f in findings:
-            by_service[f.subject].append(f)
+            by_service[self._subject(f, firing)].append(f)
         for service, fs in by_service.items():
             inc = self.open.get(service)
             if inc is None:
@@ -174,7 +193,7 @@ class IncidentTracker:
                     # first fired, or the incident's onset would creep forward.
                     f = replace(f, start_ns=seen.start_ns)
                 inc.findings[key] = f
-            inc.causes = rank_causes(list(inc.findings.values()))
+            inc.causes = rank_causes(list(inc.findings.values()), self.calls)
             inc.last_firing_ns = now_ns
             after = (inc.causes[0].entity, inc.causes[0].fault_class)
             # Persist when the verdict changes, and every refresh_s while the evidence grows.

@@ -50,6 +50,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from aiops.analytics.topology import ServiceMap
 from aiops.store import Store
 
 __all__ = [
@@ -183,13 +184,15 @@ class RankConfig:
 
 def rank(db: Store | duckdb.DuckDBPyConnection, anomaly: Window,
          baseline: Window | Sequence[Window], entity: str = "service.name",
-         config: RankConfig | None = None) -> list[RootCause]:
+         config: RankConfig | None = None, topology: ServiceMap | None = None
+         ) -> list[RootCause]:
     """Rank candidate entities as the root cause of what happened in ``anomaly``.
 
     ``baseline`` is one or more windows of normal behaviour (they must not overlap the
     anomaly). ``entity`` is the resource attribute that identifies a candidate:
     ``service.name``, ``service.instance.id`` (a replica), ``aiops.model.version`` ...
-    Entities without any evidence are not listed.
+    Entities without any evidence are not listed. ``topology`` adds declared call edges
+    (a service map) to those read off spans, for stacks with few or no traces.
     """
     cfg = config or RankConfig()
     base = [baseline] if isinstance(baseline, Window) else list(baseline)
@@ -212,8 +215,10 @@ def rank(db: Store | duckdb.DuckDBPyConnection, anomaly: Window,
     evidence += _log_evidence(reader, scope, cfg)
     evidence += _log_silence_evidence(reader, scope, cfg)
     # Spans without the attribute take part (their time and calls count) but are nobody.
-    return _combine([e for e in evidence if e.entity],
-                    {(a, b) for a, b in edges if a and b}, cfg)
+    calls = {(a, b) for a, b in edges if a and b}
+    if topology is not None and entity == "service.name":
+        calls |= topology.edges
+    return _combine([e for e in evidence if e.entity], calls, cfg)
 
 
 # -- reading ---------------------------------------------------------------------------------

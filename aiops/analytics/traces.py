@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aiops.analytics.findings import Entity, EvidenceKind, FaultClass, Finding
+from aiops.analytics.findings import SPAN_VERSION, Entity, EvidenceKind, FaultClass, Finding
 from aiops.store import Store
 
 __all__ = ["TraceThresholds", "trace_findings"]
@@ -33,10 +33,10 @@ class TraceThresholds:
 
 # Groups: ingress spans are one group per operation (the caller); model spans one per
 # operation and version (the callees, where a version's own trouble shows).
-_GROUPS = """
+_GROUPS = f"""
 WITH s AS (
   SELECT service_name AS service, name,
-         CASE WHEN service_name = ? THEN NULL ELSE attributes->>'aiops.model.version' END
+         CASE WHEN service_name = ? THEN NULL ELSE {SPAN_VERSION} END
              AS version, attributes->>'gen_ai.request.model' AS model,
          duration_ns, status_code = 'error'
              OR TRY_CAST(attributes->>'http.response.status_code' AS INTEGER) >= 500 AS failed,

@@ -14,7 +14,7 @@ import csv
 import json
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from aiops.analytics.rca import RankConfig, RootCause, Window, rank
+from aiops.analytics.topology import ServiceMap
 from aiops.schema import LOGS, METRIC_POINTS, SPANS
 from aiops.store import Store
 
@@ -247,20 +248,27 @@ def _edges(con: duckdb.DuckDBPyConnection, files: list[str]) -> pa.Table:
         ORDER BY time""").to_arrow_table()
 
 
-def load_day(store: Store, rca_day: Path, construct_day: Path | None) -> dict[str, int]:
-    """Convert one day of the corpus (and its fault-free construct period) into ``store``."""
+ALL_SIGNALS = frozenset({"traces", "logs", "metrics", "mesh"})
+
+
+def load_day(store: Store, rca_day: Path, construct_day: Path | None,
+             signals: frozenset[str] = ALL_SIGNALS) -> dict[str, int]:
+    """Convert one day of the corpus (and its fault-free construct period) into ``store``;
+    ``signals`` picks what is loaded (``{"metrics"}``: a metrics-only stack)."""
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     try:
         folders = [rca_day] + ([construct_day] if construct_day and construct_day.is_dir()
                                else [])
         counts = {}
-        for table, sub, pattern, convert in (
-            (SPANS, "trace", "*_trace.csv.gz", _spans),
-            (LOGS, "log", "*_log.csv.gz", _logs),
+        for signal, table, sub, pattern, convert in (
+            ("traces", SPANS, "trace", "*_trace.csv.gz", _spans),
+            ("logs", LOGS, "log", "*_log.csv.gz", _logs),
             # construct_data metrics are the same files as rca_data's: read them once.
-            (METRIC_POINTS, "metric", "*_metric.csv.gz", _metrics),
+            ("metrics", METRIC_POINTS, "metric", "*_metric.csv.gz", _metrics),
         ):
+            if signal not in signals:
+                continue
             dirs = folders[:1] if table is METRIC_POINTS else folders
             files = [f for d in dirs for f in _csvs(d / sub, pattern)]
             if not files:
@@ -270,7 +278,7 @@ def load_day(store: Store, rca_day: Path, construct_day: Path | None) -> dict[st
             counts[table.name] = store.append(table.name, batch)
         edge_files = [str(rca_day / "metric" / name) for name, _ in _EDGE_FILES
                       if (rca_day / "metric" / name).is_file()]
-        if edge_files:
+        if edge_files and "mesh" in signals:
             counts["mesh_edges"] = store.append(METRIC_POINTS.name, _edges(con, edge_files))
         return counts
     finally:
@@ -347,20 +355,28 @@ def _subtract(w: Window, holes: Sequence[tuple[datetime, datetime]]) -> list[Win
 
 
 def evaluate_day(store: Store, fs: Sequence[Fault], normal: Sequence[Window],
-                 config: RankConfig | None = None) -> list[FaultResult]:
+                 config: RankConfig | None = None,
+                 topologies: Mapping[str, ServiceMap] | None = None) -> list[FaultResult]:
     results = []
     for f in fs:
         anomaly, baseline = windows_for(f, fs, normal)
-        ranked = rank(store, anomaly, baseline, entity="service.name", config=config)
+        ranked = rank(store, anomaly, baseline, entity="service.name", config=config,
+                      topology=(topologies or {}).get(f.system))
         names = [r.entity for r in ranked]
         pos = names.index(f.service) + 1 if f.service in names else None
         results.append(FaultResult(f, pos, ranked[:5]))
     return results
 
 
+SERVICE_MAPS = {"Online Boutique": Path(__file__).with_name("topologies")
+                / "online-boutique.yaml"}
+
+
 def run_nezha(root: Path, config: RankConfig | None = None,
-              workdir: Path | None = None) -> NezhaReport:
-    """Evaluate every day folder under ``root/rca_data``; one store per day."""
+              workdir: Path | None = None, signals: frozenset[str] = ALL_SIGNALS,
+              topologies: Mapping[str, ServiceMap] | None = None) -> NezhaReport:
+    """Evaluate every day folder under ``root/rca_data``; one store per day. ``signals``
+    and ``topologies`` (a declared service map per system) for the metrics-only runs."""
     started = time.monotonic()
     systems: dict[str, SystemReport] = {}
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -372,8 +388,9 @@ def run_nezha(root: Path, config: RankConfig | None = None,
             construct_day = construct if construct.is_dir() else None
             store = Store(Path(tmp) / f"{day.name}.duckdb")
             try:
-                load_day(store, day, construct_day)
-                results = evaluate_day(store, fs, construct_window(construct_day), config)
+                load_day(store, day, construct_day, signals)
+                results = evaluate_day(store, fs, construct_window(construct_day), config,
+                                       topologies)
             finally:
                 store.close()
             for r in results:

@@ -51,10 +51,12 @@ def plan(incident: Incident, status: dict[str, Any], now_ns: int) -> Action | No
     others = [v for n, v in versions.items() if n != cause.entity.version]
     evidence = [e.id for e in cause.evidence][:8]
     reason = f"{incident.incident_id}: {cause.fault_class} on {cause.entity}"
-    if mine["weight"] < 100 and others and (model.get("stable") not in (None,
-                                                                        cause.entity.version)):
+    stable = model.get("stable")
+    # A known-good version other than the faulty one: return to it, whether the faulty one is
+    # a canary (weight < 100) or replaced it entirely (an attached Serve app's new config).
+    if others and stable not in (None, cause.entity.version) and stable in versions:
         action = new_action(incident.incident_id, ActionKind.ROLLBACK, cause.entity.service,
-                            cause.entity.version, now_ns, to=model.get("stable"))
+                            cause.entity.version, now_ns, to=stable)
     elif str(cause.fault_class) in RESTARTABLE and cause.entity.replica:
         # One replica leaking or wedged, the others fine: a fresh process is the remedy.
         action = new_action(incident.incident_id, ActionKind.RESTART_REPLICA,

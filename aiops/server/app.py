@@ -34,8 +34,12 @@ from pydantic import BaseModel, Field, field_validator
 from agents.chatops import AgentService
 from agents.chatops import make_router as chatops_router
 from aiops.analytics.engine import Analyzer, AnalyzerConfig, objectives_from_specs
+from aiops.analytics.incidents import IncidentTracker
 from aiops.analytics.slo import parse_windows
+from aiops.analytics.topology import load_service_map
 from aiops.analytics.traces import TraceThresholds
+from aiops.attach.control import Planes
+from aiops.attach.watch import Attachment
 from aiops.auth import Authenticator
 from aiops.config import Settings
 from aiops.errors import AIOpsError, StoreError
@@ -95,13 +99,17 @@ def create_app(settings: Settings, store: Store,
     targets = (parse_targets(f"ray=http://127.0.0.1:{settings.ray_metrics_port}/metrics")
                if settings.scrape_targets == "ray" else parse_targets(settings.scrape_targets))
     scraper = Scraper(targets, settings.scrape_interval_s,
-                      lambda t: store.append("metric_points", t)) if targets else None
+                      lambda t: store.append("metric_points", t))
 
     retention = Retention(store, settings.retention_hours, settings.retention_interval_s) \
         if settings.retention_hours else None
 
-    remediator = Remediator(store, load_policy(settings.policy_file),
-                            lambda: LifecycleClient.from_settings(settings))
+    # Serving aiops did not start (docs/attach.md): read in the background; its control
+    # planes join the embedded stack's behind one ControlPlane.
+    attachment = Attachment(settings, lambda: _troubled(tracker),
+                            lambda extra: scraper.set_targets([*targets, *extra]))
+    remediator = Remediator(store, load_policy(settings.policy_file), lambda: Planes(
+        [lambda: LifecycleClient.from_settings(settings), *attachment.planes()]))
     analyzer = _analyzer(settings, store, remediator) if settings.analytics else None
 
     tracker = analyzer.tracker if analyzer is not None else None
@@ -113,8 +121,8 @@ def create_app(settings: Settings, store: Store,
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if scraper is not None:
-            scraper.start()
+        scraper.start()
+        attachment.start()
         if retention is not None:
             retention.start()
         if analyzer is not None:
@@ -125,8 +133,8 @@ def create_app(settings: Settings, store: Store,
             analyzer.close()
         if retention is not None:
             retention.close()
-        if scraper is not None:
-            scraper.close()
+        attachment.close()
+        scraper.close()
         writer.close()  # commit what is queued before the store closes
 
     # The API description is served like any other read route (viewer), not by FastAPI's
@@ -270,6 +278,12 @@ def create_app(settings: Settings, store: Store,
         rollout.start()
         return JSONResponse(rollout.describe(), status_code=202)
 
+    @app.get("/api/v1/attach", dependencies=[guards("viewer")])
+    async def attached() -> JSONResponse:
+        """Attached serving as last read: Serve applications (version, status, replicas,
+        the healthy versions a rollback can return to) and vLLM servers' models."""
+        return JSONResponse(attachment.describe())
+
     @app.get("/api/v1/rollouts", dependencies=[guards("viewer")])
     async def list_rollouts() -> JSONResponse:
         return JSONResponse({"rollouts": [r.describe() for r in rollouts.values()]})
@@ -301,13 +315,23 @@ def create_app(settings: Settings, store: Store,
     return app
 
 
+def _troubled(tracker: IncidentTracker | None) -> set[tuple[str, str]]:
+    """(service, version) of every open incident's causes: not healthy, whatever it runs."""
+    if tracker is None:
+        return set()
+    return {(c.entity.service, c.entity.version) for inc in list(tracker.open.values())
+            for c in inc.causes if c.entity.version}
+
+
 def _analyzer(settings: Settings, store: Store, remediator: Remediator) -> Analyzer:
     traces = TraceThresholds(window_s=settings.analytics_window_s)
     config = AnalyzerConfig(
         interval_s=settings.analytics_interval_s,
         windows=tuple(parse_windows(settings.analytics_burn_windows)), traces=traces,
         resolve_after_s=settings.analytics_resolve_after_s,
-        objectives=objectives_from_specs(settings.models_file))
+        objectives=objectives_from_specs(settings.models_file),
+        calls=load_service_map(settings.service_map_file) if settings.service_map_file
+        else None)
     return Analyzer(store, config, on_round=remediator.on_round)
 
 

@@ -1,0 +1,169 @@
+"""A Ray cluster aiops did not start, through its dashboard's Serve REST API.
+
+``GET /api/serve/applications/`` lists applications, deployments, replicas and each app's
+``deployed_app_config``; ``PUT`` of the same path applies a whole declarative config (apps
+missing from it are deleted, so a change to one app re-sends every app's config). Ray's token
+auth (``RAY_AUTH_MODE=token``) wants ``Authorization: Bearer <token>``.
+
+Serve has no version per application. The version aiops uses, in this order: the
+``service.version`` the app's own OpenTelemetry SDK reports (``OTEL_SERVICE_VERSION`` or
+``OTEL_RESOURCE_ATTRIBUTES`` in the app's ``runtime_env.env_vars``), so telemetry and control
+name the same version; else ``cfg-`` and 8 hex digits of the config's SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from aiops.config import AttachTarget
+from aiops.errors import AIOpsError, StackError
+
+__all__ = ["AttachError", "Deployment", "RayServe", "ServeApp", "app_service", "app_version",
+           "discover"]
+
+PATH = "/api/serve/applications/"
+# The dashboard refuses writes from anything that looks like a browser (User-Agent Mozilla,
+# Origin, Referer): say who we are.
+USER_AGENT = "aiops-attach/0.1"
+MAX_RESPONSE_BYTES = 32 * 2**20
+
+
+class AttachError(AIOpsError):
+    """An attached target refused a request or answered something aiops cannot use."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    name: str
+    status: str
+    replicas: tuple[str, ...]
+    num_replicas: int | None
+    autoscaling: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ServeApp:
+    name: str
+    service: str
+    version: str
+    status: str
+    config: dict[str, Any] | None  # None: deployed imperatively (serve.run), not re-appliable
+    deployments: tuple[Deployment, ...] = field(default_factory=tuple)
+    last_deployed_s: float = 0.0
+
+
+def _env_vars(config: dict[str, Any]) -> dict[str, str]:
+    env = (config.get("runtime_env") or {}).get("env_vars") or {}
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+
+def _resource_attr(env: dict[str, str], key: str) -> str | None:
+    for part in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        k, sep, v = part.partition("=")
+        if sep and k.strip() == key and v.strip():
+            return v.strip()
+    return None
+
+
+def app_version(config: dict[str, Any]) -> str:
+    env = _env_vars(config)
+    explicit = env.get("OTEL_SERVICE_VERSION") or _resource_attr(env, "service.version")
+    if explicit:
+        return explicit
+    return "cfg-" + hashlib.sha256(orjson.dumps(config, option=orjson.OPT_SORT_KEYS)
+                                   ).hexdigest()[:8]
+
+
+def app_service(name: str, config: dict[str, Any] | None) -> str:
+    """The service the app's telemetry reports (``OTEL_SERVICE_NAME``), else the app name."""
+    env = _env_vars(config or {})
+    return env.get("OTEL_SERVICE_NAME") or _resource_attr(env, "service.name") or name
+
+
+def discover(details: dict[str, Any]) -> list[ServeApp]:
+    """ServeInstanceDetails (the GET answer) -> applications."""
+    apps = details.get("applications")
+    if not isinstance(apps, dict):
+        raise AttachError("the Serve REST API answered without an 'applications' object")
+    out = []
+    for name, app in sorted(apps.items()):
+        config = app.get("deployed_app_config")
+        deps = []
+        for dname, d in sorted((app.get("deployments") or {}).items()):
+            dcfg = d.get("deployment_config") or {}
+            deps.append(Deployment(
+                dname, str(d.get("status", "")),
+                tuple(r["replica_id"] for r in d.get("replicas") or []
+                      if r.get("state") == "RUNNING"),
+                d.get("target_num_replicas", dcfg.get("num_replicas")),
+                dcfg.get("autoscaling_config")))
+        version = app_version(config) if config else "imperative"
+        out.append(ServeApp(name, app_service(name, config), version, str(app.get("status", "")),
+                            config, tuple(deps), float(app.get("last_deployed_time_s") or 0)))
+    return out
+
+
+class RayServe:
+    """Client of one Ray cluster's Serve REST API."""
+
+    def __init__(self, target: AttachTarget, timeout_s: float = 10.0) -> None:
+        self.target = target
+        self._http = httpx.Client(base_url=target.url.rstrip("/"), timeout=timeout_s,
+                                  headers={"user-agent": USER_AGENT})
+
+    def __enter__(self) -> RayServe:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _headers(self) -> dict[str, str]:
+        token = self.target.token()
+        return {"authorization": f"Bearer {token}"} if token else {}
+
+    def _call(self, method: str, body: Any = None) -> httpx.Response:
+        try:
+            resp = self._http.request(method, PATH, headers=self._headers(),
+                                      content=None if body is None else orjson.dumps(body))
+        except httpx.HTTPError as exc:
+            raise StackError(f"cannot reach Ray's dashboard at {self.target.url} "
+                             f"({self.target.name}): {exc}") from exc
+        if resp.status_code in (401, 403):
+            raise AttachError(f"Ray's dashboard at {self.target.url} refused aiops' request "
+                              f"(HTTP {resp.status_code}): set token_file of target "
+                              f"{self.target.name} to the cluster's auth token")
+        if resp.status_code >= 400:
+            raise AttachError(f"Ray's Serve API at {self.target.url} answered HTTP "
+                              f"{resp.status_code}: {resp.text[:500]}")
+        if len(resp.content) > MAX_RESPONSE_BYTES:
+            raise AttachError(f"Ray's Serve API at {self.target.url} answered "
+                              f"{len(resp.content)} bytes, over {MAX_RESPONSE_BYTES}")
+        return resp
+
+    def details(self) -> dict[str, Any]:
+        try:
+            out: dict[str, Any] = self._call("GET").json()
+        except ValueError as exc:
+            raise AttachError(f"Ray's Serve API at {self.target.url} answered non-JSON") \
+                from exc
+        return out
+
+    def applications(self) -> list[ServeApp]:
+        return discover(self.details())
+
+    def apply(self, details: dict[str, Any], configs: list[dict[str, Any]]) -> None:
+        """PUT a declarative config of these applications (the whole set), keeping the
+        cluster's proxy and HTTP options as ``details`` (a GET answer) reports them."""
+        body: dict[str, Any] = {"applications": configs}
+        for key in ("proxy_location", "http_options"):
+            if details.get(key) is not None:
+                body[key] = details[key]
+        self._call("PUT", body)

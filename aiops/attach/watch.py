@@ -1,0 +1,207 @@
+"""The server's view of attached serving: targets from the configuration and from
+``<data_dir>/attach.json`` (``aiops attach add``; re-read when it changes), a background
+reading of each Ray cluster's Serve applications into its ``ConfigHistory``, vLLM servers'
+models, the scrape targets they add, and the control planes remediation acts through.
+
+A target that cannot be read is logged, counted and read again next round.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from pydantic import TypeAdapter, ValidationError
+
+from aiops.attach.control import ServeControl, VllmControl
+from aiops.attach.history import ConfigHistory
+from aiops.attach.ray_serve import RayServe, ServeApp
+from aiops.config import AttachTarget, Settings
+from aiops.errors import AIOpsError, ConfigError
+from collectors.prometheus import Target
+
+__all__ = ["MANAGED_FILE", "Attachment", "load_managed", "save_managed", "targets_of"]
+
+log = logging.getLogger(__name__)
+
+MANAGED_FILE = "attach.json"
+MAX_MANAGED_BYTES = 1 * 2**20
+_TARGETS = TypeAdapter(list[AttachTarget])
+
+
+def load_managed(data_dir: Path) -> list[AttachTarget]:
+    path = data_dir / MANAGED_FILE
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_MANAGED_BYTES:
+        raise ConfigError(f"{path} is {len(raw)} bytes, over {MAX_MANAGED_BYTES}")
+    try:
+        return _TARGETS.validate_json(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {exc.errors()[0]['msg']} at "
+                          f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}") from exc
+
+
+def save_managed(data_dir: Path, targets: list[AttachTarget]) -> Path:
+    path = data_dir / MANAGED_FILE
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(orjson.dumps([t.model_dump(mode="json", exclude_none=True)
+                                  for t in targets], option=orjson.OPT_INDENT_2))
+    tmp.replace(path)
+    return path
+
+
+def targets_of(settings: Settings) -> list[AttachTarget]:
+    """Configured targets, then those ``aiops attach add`` kept; names must be unique."""
+    out = [*settings.attach, *load_managed(settings.data_dir)]
+    seen: set[str] = set()
+    for t in out:
+        if t.name in seen:
+            raise ConfigError(f"two attach targets are named {t.name}")
+        seen.add(t.name)
+    return out
+
+
+def vllm_models(target: AttachTarget, timeout_s: float = 5.0) -> list[str]:
+    """The model names a vLLM server serves (``GET /v1/models``)."""
+    token = target.token()
+    try:
+        resp = httpx.get(f"{target.url.rstrip('/')}/v1/models", timeout=timeout_s,
+                         headers={"authorization": f"Bearer {token}"} if token else {})
+        resp.raise_for_status()
+        return [str(m["id"]) for m in resp.json().get("data", [])][:64]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise AIOpsError(f"cannot list the models of vLLM server {target.name} "
+                         f"({target.url}): {exc}") from exc
+
+
+def scrape_target(target: AttachTarget) -> Target | None:
+    if target.metrics_url:
+        return Target(target.name, target.metrics_url)
+    if target.kind == "vllm":
+        return Target(target.name, f"{target.url.rstrip('/')}/metrics")
+    return None
+
+
+class Attachment:
+    def __init__(self, settings: Settings,
+                 troubled: Callable[[], set[tuple[str, str]]] = set,
+                 on_targets: Callable[[list[Target]], None] | None = None) -> None:
+        self.settings = settings
+        self._troubled = troubled
+        self._on_targets = on_targets
+        self._lock = threading.Lock()
+        self._mtime: float | None = -1.0
+        self.targets: list[AttachTarget] = []
+        self.histories: dict[str, ConfigHistory] = {}
+        self.apps: dict[str, list[ServeApp]] = {}
+        self.models: dict[str, list[str]] = {}
+        self.errors: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._reload()
+
+    def _reload(self) -> None:
+        path = self.settings.data_dir / MANAGED_FILE
+        try:
+            mtime: float | None = path.stat().st_mtime
+        except FileNotFoundError:
+            mtime = None
+        if mtime == self._mtime:
+            return
+        targets = targets_of(self.settings)
+        with self._lock:
+            self._mtime = mtime
+            self.targets = targets
+            for t in targets:
+                if t.kind == "ray" and t.name not in self.histories:
+                    self.histories[t.name] = ConfigHistory(
+                        self.settings.data_dir / "attach" / f"{t.name}.json",
+                        self.settings.attach_healthy_after_s)
+        if self._on_targets is not None:
+            self._on_targets([s for s in map(scrape_target, targets) if s is not None])
+        log.info("attached targets: %s", ", ".join(f"{t.kind}:{t.name}" for t in targets)
+                 or "none")
+
+    def read_once(self, now_ns: int | None = None) -> None:
+        try:
+            self._reload()
+        except ConfigError as exc:
+            log.error("keeping the previous attach targets: %s", exc)
+        now = now_ns or time.time_ns()
+        troubled = self._troubled()
+        for t in list(self.targets):
+            try:
+                if t.kind == "ray":
+                    with RayServe(t) as rest:
+                        apps = rest.applications()
+                    became = self.histories[t.name].observe(apps, troubled, now)
+                    for app, version in became:
+                        log.info("%s: Serve application %s version %s is healthy; a "
+                                 "rollback re-applies it", t.name, app, version)
+                    self.apps[t.name] = apps
+                else:
+                    self.models[t.name] = vllm_models(t)
+                self.errors.pop(t.name, None)
+            except AIOpsError as exc:
+                if self.errors.get(t.name) != str(exc):
+                    log.warning("attached target %s: %s", t.name, exc)
+                self.errors[t.name] = str(exc)
+
+    def planes(self) -> list[Callable[[], Any]]:
+        """Factories of the attached targets' control planes (for ``Planes``)."""
+        return [functools.partial(ServeControl, t, self.histories[t.name]) if t.kind == "ray"
+                else functools.partial(VllmControl, t, functools.partial(self._models_of, t.name))
+                for t in list(self.targets)]
+
+    def _models_of(self, name: str) -> list[str]:
+        return self.models.get(name, [])
+
+    def describe(self) -> dict[str, Any]:
+        out = []
+        for t in list(self.targets):
+            item: dict[str, Any] = {"kind": t.kind, "name": t.name, "url": t.url,
+                                    "error": self.errors.get(t.name)}
+            if t.kind == "ray":
+                history = self.histories[t.name]
+                item["applications"] = [
+                    {"name": a.name, "service": a.service, "version": a.version,
+                     "status": a.status, "declarative": a.config is not None,
+                     "healthy_versions": [h.version for h in history.healthy(a.name)],
+                     "deployments": [{"name": d.name, "status": d.status,
+                                      "replicas": list(d.replicas)} for d in a.deployments]}
+                    for a in self.apps.get(t.name, [])]
+            else:
+                item["models"] = self.models.get(t.name, [])
+            out.append(item)
+        return {"targets": out}
+
+    def start(self) -> None:
+        def loop() -> None:
+            while True:
+                try:
+                    self.read_once()
+                except Exception:
+                    log.exception("attach round failed")
+                if self._stop.wait(self.settings.attach_interval_s):
+                    return
+
+        self._thread = threading.Thread(target=loop, name="attach", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)

@@ -1,0 +1,92 @@
+"""Attach targets: validated where they are written (config file or `aiops attach add`),
+names unique, tokens read from files when used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from aiops.attach.watch import load_managed, save_managed, scrape_target, targets_of
+from aiops.cli import app
+from aiops.config import AttachTarget, load_settings
+from aiops.errors import ConfigError
+
+
+def _t(name: str, kind: str = "ray", **kw: object) -> AttachTarget:
+    return AttachTarget.model_validate({"kind": kind, "name": name,
+                                        "url": "http://127.0.0.1:8265", **kw})
+
+
+@pytest.mark.parametrize("bad", [{"kind": "k8s"}, {"name": "Bad Name"},
+                                 {"url": "ftp://x"}, {"url": "http://a b"},
+                                 {"metrics_url": "nope"}, {"extra": 1}])
+def test_a_malformed_target_is_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        AttachTarget.model_validate({"kind": "ray", "name": "ok",
+                                     "url": "http://127.0.0.1:8265", **bad})
+
+
+def test_config_and_managed_targets_are_merged_and_names_must_be_unique(tmp_path: Path
+                                                                        ) -> None:
+    settings = load_settings(data_dir=tmp_path, attach=(_t("a"),))
+    save_managed(tmp_path, [_t("b", "vllm")])
+    assert [t.name for t in targets_of(settings)] == ["a", "b"]
+    save_managed(tmp_path, [_t("a")])
+    with pytest.raises(ConfigError, match="two attach targets are named a"):
+        targets_of(settings)
+
+
+def test_a_broken_managed_file_names_the_problem(tmp_path: Path) -> None:
+    (tmp_path / "attach.json").write_text('[{"kind": "ray", "name": "x"}]')
+    with pytest.raises(ConfigError, match=r"attach\.json: Field required at 0\.url"):
+        load_managed(tmp_path)
+
+
+def test_tokens_are_read_from_their_file_and_an_empty_one_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "tok").write_text("s3cret\n")
+    assert _t("a", token_file=tmp_path / "tok").token() == "s3cret"
+    (tmp_path / "tok").write_text("")
+    with pytest.raises(ConfigError, match="is empty"):
+        _t("a", token_file=tmp_path / "tok").token()
+    with pytest.raises(ConfigError, match="cannot read token file"):
+        _t("a", token_file=tmp_path / "missing").token()
+
+
+def test_vllm_metrics_default_to_its_metrics_path_and_ray_needs_its_export_port() -> None:
+    vllm = scrape_target(_t("v", "vllm"))
+    assert vllm is not None and vllm.url == "http://127.0.0.1:8265/metrics"
+    assert scrape_target(_t("r")) is None
+    ray = scrape_target(_t("r", metrics_url="http://127.0.0.1:8080/metrics"))
+    assert ray is not None and ray.job == "r"
+
+
+def test_the_cli_refuses_bad_input_and_unreachable_targets_and_keeps_nothing(
+        tmp_path: Path) -> None:
+    env = {"AIOPS_DATA_DIR": str(tmp_path)}
+    bad = CliRunner().invoke(app, ["attach", "add", "rayy", "x", "http://127.0.0.1:1"],
+                             env=env)
+    assert bad.exit_code == 2 and "kind" in bad.output
+    down = CliRunner().invoke(app, ["attach", "add", "ray", "x", "http://127.0.0.1:1"], env=env)
+    assert down.exit_code == 1 and "cannot reach Ray's dashboard" in down.output
+    assert not (tmp_path / "attach.json").exists()
+    kept = CliRunner().invoke(app, ["attach", "add", "vllm", "v", "http://127.0.0.1:1",
+                                    "--no-check"], env=env)
+    assert kept.exit_code == 0, kept.output
+    listed = CliRunner().invoke(app, ["attach", "list"], env=env)
+    assert "attach.json" in listed.output
+    assert CliRunner().invoke(app, ["attach", "remove", "v"], env=env).exit_code == 0
+    gone = CliRunner().invoke(app, ["attach", "remove", "v"], env=env)
+    assert gone.exit_code == 1 and "not in attach.json" in gone.output
+
+
+def test_attach_targets_reach_child_processes_through_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiops.stack import settings_env
+
+    settings = load_settings(data_dir=tmp_path, attach=(_t("a"), _t("b", "vllm")))
+    for key, value in settings_env(settings).items():
+        monkeypatch.setenv(key, value)
+    assert load_settings().attach == settings.attach

@@ -1,0 +1,48 @@
+"""What the planner proposes for an incident, given what the control plane reports: back to a
+known-good version when there is one (a canary, or a release that replaced it entirely, as on
+an attached Serve app), else scale for load, else nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiops.analytics.findings import Entity, FaultClass
+from aiops.analytics.incidents import Incident, RankedCause
+from aiops.remediation.actions import ActionKind
+from aiops.remediation.remediator import plan
+
+
+def _incident(version: str, fault: FaultClass = FaultClass.ERRORS) -> Incident:
+    cause = RankedCause(Entity("chat", version), fault, 2.0, 0.9, ["trace_errors"], [])
+    return Incident("inc-1", "chat", 0, 0, 0, causes=[cause])
+
+
+def _status(stable: str | None, **weights: int) -> dict[str, Any]:
+    return {"models": {"chat": {"stable": stable, "versions": [
+        {"version": v, "weight": w, "autoscaling": {"min_replicas": 1, "max_replicas": 2}}
+        for v, w in weights.items()]}}}
+
+
+def test_a_bad_canary_goes_back_to_the_stable_version() -> None:
+    action = plan(_incident("v2"), _status("v1", v1=90, v2=10), 0)
+    assert action is not None and action.kind is ActionKind.ROLLBACK
+    assert action.version == "v2" and action.params == {"to": "v1"}
+
+
+def test_a_bad_release_that_took_all_traffic_goes_back_to_the_last_healthy_one() -> None:
+    action = plan(_incident("2"), _status("1", **{"2": 100, "1": 0}), 0)
+    assert action is not None and action.kind is ActionKind.ROLLBACK
+    assert action.params == {"to": "1"}
+
+
+def test_trouble_on_the_stable_version_itself_is_not_a_rollback() -> None:
+    assert plan(_incident("v1"), _status("v1", v1=100, v2=0), 0) is None
+    scale = plan(_incident("v1", FaultClass.LATENCY), _status("v1", v1=100), 0)
+    assert scale is not None and scale.kind is ActionKind.SCALE
+    assert scale.params == {"min_replicas": 2, "max_replicas": 2}
+
+
+def test_no_known_good_version_means_no_rollback() -> None:
+    assert plan(_incident("2"), _status(None, **{"2": 100}), 0) is None
+    # A stable version the control plane does not list is not one to return to.
+    assert plan(_incident("2"), _status("0", **{"2": 100, "1": 0}), 0) is None
