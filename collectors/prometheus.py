@@ -24,6 +24,7 @@ import pyarrow as pa
 from prometheus_client.parser import text_string_to_metric_families
 
 from aiops.schema import METRIC_POINTS
+from collectors import vllm_metrics
 
 __all__ = ["Scraper", "Target", "families_to_rows", "parse_targets"]
 
@@ -36,6 +37,10 @@ SCOPE = "aiops.prometheus"
 class Target:
     job: str
     url: str
+    # "vllm": the rows are also added under the project's names (collectors.vllm_metrics), with
+    # ``version`` standing for the model's version.
+    kind: str = "prometheus"
+    version: str | None = None
 
 
 def parse_targets(value: str) -> list[Target]:
@@ -158,7 +163,10 @@ class Scraper:
             try:
                 resp = self._http.get(target.url)
                 resp.raise_for_status()
-                rows += families_to_rows(resp.text, target, now)
+                scraped = families_to_rows(resp.text, target, now)
+                if target.kind == "vllm":
+                    scraped += vllm_metrics.normalize(scraped, target.job, target.version)
+                rows += scraped
                 up = 1.0
             except (httpx.HTTPError, ValueError) as exc:
                 self.errors[target.job] = self.errors.get(target.job, 0) + 1

@@ -156,16 +156,18 @@ class ServeControl:
 class VllmControl:
     """A vLLM OpenAI server aiops did not start: observed, never changed."""
 
-    def __init__(self, target: AttachTarget, models: Callable[[], list[str]]) -> None:
+    def __init__(self, target: AttachTarget, models: Callable[[], list[str]],
+                 tag: Callable[[], str | None] = lambda: None) -> None:
         self.target = target
         self._models = models
+        self._tag = tag  # the weights' tag, what stands for the version
 
     def close(self) -> None:
         pass
 
     def status(self) -> dict[str, Any]:
         return {"models": {m: {"stable": None, "target": self.target.name, "kind": "vllm",
-                               "versions": [{"version": m, "weight": 100}]}
+                               "versions": [{"version": self._tag() or m, "weight": 100}]}
                            for m in self._models()}}
 
     def _refuse(self, what: str) -> dict[str, Any]:

@@ -74,24 +74,37 @@ def targets_of(settings: Settings) -> list[AttachTarget]:
     return out
 
 
-def vllm_models(target: AttachTarget, timeout_s: float = 5.0) -> list[str]:
-    """The model names a vLLM server serves (``GET /v1/models``)."""
+def vllm_served(target: AttachTarget, timeout_s: float = 5.0) -> dict[str, str]:
+    """The model names a vLLM server serves (``GET /v1/models``: ``--served-model-name``), each
+    with its ``root`` (the weights it loaded: a path or a Hugging Face id)."""
     token = target.token()
     try:
         resp = httpx.get(f"{target.url.rstrip('/')}/v1/models", timeout=timeout_s,
                          headers={"authorization": f"Bearer {token}"} if token else {})
         resp.raise_for_status()
-        return [str(m["id"]) for m in resp.json().get("data", [])][:64]
+        return {str(m["id"]): str(m.get("root") or m["id"])
+                for m in resp.json().get("data", [])[:64]}
     except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise AIOpsError(f"cannot list the models of vLLM server {target.name} "
                          f"({target.url}): {exc}") from exc
 
 
-def scrape_target(target: AttachTarget) -> Target | None:
+def vllm_models(target: AttachTarget, timeout_s: float = 5.0) -> list[str]:
+    return list(vllm_served(target, timeout_s))
+
+
+def model_tag(root: str) -> str:
+    """What stands for a vLLM model's version: the last part of the weights' path or id
+    (``/models/Llama-3.1-8B-Instruct-v2`` -> ``Llama-3.1-8B-Instruct-v2``)."""
+    return (root.rstrip("/").rsplit("/", 1)[-1] or root)[:128]
+
+
+def scrape_target(target: AttachTarget, version: str | None = None) -> Target | None:
+    if target.kind == "vllm":
+        return Target(target.name, target.metrics_url or f"{target.url.rstrip('/')}/metrics",
+                      kind="vllm", version=version)
     if target.metrics_url:
         return Target(target.name, target.metrics_url)
-    if target.kind == "vllm":
-        return Target(target.name, f"{target.url.rstrip('/')}/metrics")
     return None
 
 
@@ -108,6 +121,7 @@ class Attachment:
         self.histories: dict[str, ConfigHistory] = {}
         self.apps: dict[str, list[ServeApp]] = {}
         self.models: dict[str, list[str]] = {}
+        self.tags: dict[str, str | None] = {}
         self.errors: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -130,10 +144,14 @@ class Attachment:
                     self.histories[t.name] = ConfigHistory(
                         self.settings.data_dir / "attach" / f"{t.name}.json",
                         self.settings.attach_healthy_after_s)
-        if self._on_targets is not None:
-            self._on_targets([s for s in map(scrape_target, targets) if s is not None])
+        self._push_targets()
         log.info("attached targets: %s", ", ".join(f"{t.kind}:{t.name}" for t in targets)
                  or "none")
+
+    def _push_targets(self) -> None:
+        if self._on_targets is not None:
+            scraped = (scrape_target(t, self.tags.get(t.name)) for t in list(self.targets))
+            self._on_targets([s for s in scraped if s is not None])
 
     def read_once(self, now_ns: int | None = None) -> None:
         try:
@@ -153,7 +171,12 @@ class Attachment:
                                  "rollback re-applies it", t.name, app, version)
                     self.apps[t.name] = apps
                 else:
-                    self.models[t.name] = vllm_models(t)
+                    served = vllm_served(t)
+                    self.models[t.name] = list(served)
+                    tag = model_tag(next(iter(served.values()))) if served else None
+                    if tag != self.tags.get(t.name):
+                        self.tags[t.name] = tag
+                        self._push_targets()  # the scraped rows carry the new tag
                 self.errors.pop(t.name, None)
             except AIOpsError as exc:
                 if self.errors.get(t.name) != str(exc):
@@ -163,7 +186,8 @@ class Attachment:
     def planes(self) -> list[Callable[[], Any]]:
         """Factories of the attached targets' control planes (for ``Planes``)."""
         return [functools.partial(ServeControl, t, self.histories[t.name]) if t.kind == "ray"
-                else functools.partial(VllmControl, t, functools.partial(self._models_of, t.name))
+                else functools.partial(VllmControl, t, functools.partial(self._models_of, t.name),
+                                       functools.partial(self.tags.get, t.name))
                 for t in list(self.targets)]
 
     def _models_of(self, name: str) -> list[str]:
@@ -185,6 +209,7 @@ class Attachment:
                     for a in self.apps.get(t.name, [])]
             else:
                 item["models"] = self.models.get(t.name, [])
+                item["version"] = self.tags.get(t.name)
             out.append(item)
         return {"targets": out}
 

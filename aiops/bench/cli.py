@@ -174,6 +174,37 @@ def bench_rca(datasets: DatasetsOption = DATASETS) -> None:
                                   published / "rcaeval_ase24_table5_avg5.csv"))
 
 
+@bench_app.command("topology")
+def bench_topology(datasets: DatasetsOption = DATASETS) -> None:
+    """Root-cause ranking without traces: Nezha metrics-only with no topology and with the
+    declared service map, beside all signals; Sock Shop (metrics only) with and without it."""
+    from rich.table import Table
+
+    from aiops.analytics.topology import load_service_map
+    from aiops.evals import nezha, sockshop
+
+    _need(datasets / "nezha", datasets / "rcd_sockshop")
+    maps = {system: load_service_map(path) for system, path in nezha.SERVICE_MAPS.items()}
+    runs = [("all signals", nezha.ALL_SIGNALS, None), ("metrics only", frozenset({"metrics"}),
+                                                       None),
+            ("metrics only + service map", frozenset({"metrics"}), maps)]
+    t = Table("corpus", "system", "signals / topology", "cases", "AS@1", "AS@3", "AS@5")
+    for label, signals, topologies in runs:
+        report = nezha.run_nezha(datasets / "nezha", signals=signals, topologies=topologies)
+        for system, rep in report.systems.items():
+            if topologies is not None and system not in topologies:
+                continue  # no declared map for this system: the run above is the figure
+            t.add_row("Nezha", system, label, str(len(rep.results)),
+                      *(f"{100 * rep.at(k):.1f}" for k in (1, 3, 5)))
+    for label, topology in (("metrics (the corpus has no traces)", None),
+                            ("metrics + service map",
+                             load_service_map(sockshop.SERVICE_MAP))):
+        ss = sockshop.run_sockshop(datasets / "rcd_sockshop", topology=topology)
+        t.add_row("RCD Sock Shop", "Sock Shop", label, str(len(ss.results)),
+                  *(f"{100 * ss.ac(k):.1f}" for k in (1, 3, 5)))
+    console.print(t)
+
+
 @bench_app.command("logs")
 def bench_logs(datasets: DatasetsOption = DATASETS) -> None:
     """Log parsing on Loghub-2.0 2k: GA and PA per system, beside Drain's published rows."""

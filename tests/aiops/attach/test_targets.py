@@ -9,7 +9,13 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from aiops.attach.watch import load_managed, save_managed, scrape_target, targets_of
+from aiops.attach.watch import (
+    load_managed,
+    model_tag,
+    save_managed,
+    scrape_target,
+    targets_of,
+)
 from aiops.cli import app
 from aiops.config import AttachTarget, load_settings
 from aiops.errors import ConfigError
@@ -56,8 +62,9 @@ def test_tokens_are_read_from_their_file_and_an_empty_one_is_an_error(tmp_path: 
 
 
 def test_vllm_metrics_default_to_its_metrics_path_and_ray_needs_its_export_port() -> None:
-    vllm = scrape_target(_t("v", "vllm"))
+    vllm = scrape_target(_t("v", "vllm"), version="SmolLM2-135M")
     assert vllm is not None and vllm.url == "http://127.0.0.1:8265/metrics"
+    assert (vllm.kind, vllm.version) == ("vllm", "SmolLM2-135M")
     assert scrape_target(_t("r")) is None
     ray = scrape_target(_t("r", metrics_url="http://127.0.0.1:8080/metrics"))
     assert ray is not None and ray.job == "r"
@@ -90,3 +97,9 @@ def test_attach_targets_reach_child_processes_through_the_environment(
     for key, value in settings_env(settings).items():
         monkeypatch.setenv(key, value)
     assert load_settings().attach == settings.attach
+
+
+def test_a_vllm_models_version_is_the_tag_of_the_weights_it_loaded() -> None:
+    assert model_tag("/models/Llama-3.1-8B-Instruct-v2/") == "Llama-3.1-8B-Instruct-v2"
+    assert model_tag("HuggingFaceTB/SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"
+    assert model_tag("plain") == "plain"
