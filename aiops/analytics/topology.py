@@ -32,6 +32,9 @@ _NAME = re.compile(r"^[A-Za-z0-9_.:/@-]{1,200}$")
 class ServiceMap:
     edges: frozenset[tuple[str, str]] = frozenset()
 
+    def __or__(self, other: ServiceMap) -> ServiceMap:
+        return ServiceMap(self.edges | other.edges)
+
     def callees(self, service: str) -> set[str]:
         """Every service ``service`` reaches through calls (transitively), itself excluded."""
         out: set[str] = set()

@@ -20,11 +20,12 @@ from typing import Any
 import httpx
 import orjson
 
+from aiops.analytics.topology import ServiceMap
 from aiops.config import AttachTarget
 from aiops.errors import AIOpsError, StackError
 
 __all__ = ["AttachError", "Deployment", "RayServe", "ServeApp", "app_service", "app_version",
-           "discover"]
+           "discover", "service_map"]
 
 PATH = "/api/serve/applications/"
 # The dashboard refuses writes from anything that looks like a browser (User-Agent Mozilla,
@@ -55,6 +56,14 @@ class ServeApp:
     config: dict[str, Any] | None  # None: deployed imperatively (serve.run), not re-appliable
     deployments: tuple[Deployment, ...] = field(default_factory=tuple)
     last_deployed_s: float = 0.0
+    # Serve's deployment graph: (deployment, called app, called deployment), from the handles
+    # each deployment holds (``deployment_topology``, Ray >= 2.50).
+    outbound: tuple[tuple[str, str, str], ...] = ()
+    # A deployment's own OTEL_SERVICE_NAME (its ray_actor_options' runtime_env), where set.
+    deployment_services: tuple[tuple[str, str], ...] = ()
+
+    def service_of(self, deployment: str) -> str:
+        return dict(self.deployment_services).get(deployment, self.service)
 
 
 def _env_vars(config: dict[str, Any]) -> dict[str, str]:
@@ -104,8 +113,52 @@ def discover(details: dict[str, Any]) -> list[ServeApp]:
                 dcfg.get("autoscaling_config")))
         version = app_version(config) if config else "imperative"
         out.append(ServeApp(name, app_service(name, config), version, str(app.get("status", "")),
-                            config, tuple(deps), float(app.get("last_deployed_time_s") or 0)))
+                            config, tuple(deps), float(app.get("last_deployed_time_s") or 0),
+                            _outbound(app.get("deployment_topology")),
+                            _deployment_services(config)))
     return out
+
+
+def _outbound(topology: Any) -> tuple[tuple[str, str, str], ...]:
+    nodes = topology.get("nodes") if isinstance(topology, dict) else None
+    if not isinstance(nodes, dict):
+        return ()
+    edges = []
+    for dname, node in nodes.items():
+        for callee in (node.get("outbound_deployments") or [])[:1000] \
+                if isinstance(node, dict) else []:
+            if isinstance(callee, dict) and callee.get("name") and callee.get("app_name"):
+                edges.append((str(dname), str(callee["app_name"]), str(callee["name"])))
+    return tuple(sorted(set(edges)))
+
+
+def _deployment_services(config: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    out = []
+    for d in (config or {}).get("deployments") or []:
+        if not isinstance(d, dict) or not d.get("name"):
+            continue
+        env = _env_vars(d.get("ray_actor_options") or {})
+        service = env.get("OTEL_SERVICE_NAME") or _resource_attr(env, "service.name")
+        if service:
+            out.append((str(d["name"]), service))
+    return tuple(out)
+
+
+def service_map(apps: list[ServeApp]) -> ServiceMap:
+    """Who calls whom among the services the apps' telemetry names, from Serve's deployment
+    graph: a deployment's calls into another app (or into a deployment of its own app that
+    reports its own service) become caller -> callee service edges."""
+    by_name = {a.name: a for a in apps}
+    edges = set()
+    for app in apps:
+        for dname, callee_app, callee in app.outbound:
+            target = by_name.get(callee_app)
+            if target is None:
+                continue
+            a, b = app.service_of(dname), target.service_of(callee)
+            if a != b:
+                edges.add((a, b))
+    return ServiceMap(frozenset(edges))
 
 
 class RayServe:

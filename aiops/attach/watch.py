@@ -20,9 +20,10 @@ import httpx
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from aiops.analytics.topology import ServiceMap
 from aiops.attach.control import ServeControl, VllmControl
 from aiops.attach.history import ConfigHistory
-from aiops.attach.ray_serve import RayServe, ServeApp
+from aiops.attach.ray_serve import RayServe, ServeApp, service_map
 from aiops.config import AttachTarget, Settings
 from aiops.errors import AIOpsError, ConfigError
 from collectors.prometheus import Target
@@ -111,10 +112,13 @@ def scrape_target(target: AttachTarget, version: str | None = None) -> Target | 
 class Attachment:
     def __init__(self, settings: Settings,
                  troubled: Callable[[], set[tuple[str, str]]] = set,
-                 on_targets: Callable[[list[Target]], None] | None = None) -> None:
+                 on_targets: Callable[[list[Target]], None] | None = None,
+                 on_calls: Callable[[ServiceMap], None] | None = None) -> None:
         self.settings = settings
         self._troubled = troubled
         self._on_targets = on_targets
+        self._on_calls = on_calls
+        self._calls = ServiceMap()
         self._lock = threading.Lock()
         self._mtime: float | None = -1.0
         self.targets: list[AttachTarget] = []
@@ -182,6 +186,19 @@ class Attachment:
                 if self.errors.get(t.name) != str(exc):
                     log.warning("attached target %s: %s", t.name, exc)
                 self.errors[t.name] = str(exc)
+        calls = self.service_map()
+        if calls != self._calls:
+            self._calls = calls
+            log.info("Serve deployment graph: %s", ", ".join(
+                f"{a} -> {b}" for a, b in sorted(calls.edges)) or "no calls between services")
+            if self._on_calls is not None:
+                self._on_calls(calls)
+
+    def service_map(self) -> ServiceMap:
+        """Calls between services read off every attached cluster's Serve deployment graph."""
+        return functools.reduce(lambda a, b: a | b,
+                                (service_map(apps) for apps in list(self.apps.values())),
+                                ServiceMap())
 
     def planes(self) -> list[Callable[[], Any]]:
         """Factories of the attached targets' control planes (for ``Planes``)."""

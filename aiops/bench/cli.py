@@ -249,6 +249,7 @@ def bench_all() -> None:
     bench_durability()
     if (DATASETS / "nezha").is_dir():
         bench_rca()
+        bench_topology()
         bench_logs()
         bench_anomaly()
     else:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from aiops.attach.ray_serve import AttachError, app_service, app_version, discover
+from aiops.attach.ray_serve import AttachError, app_service, app_version, discover, service_map
 
 
 def _config(**env: str) -> dict[str, Any]:
@@ -52,3 +52,34 @@ def test_discovery_reads_running_replicas_and_replica_counts() -> None:
 def test_an_answer_without_applications_is_an_error() -> None:
     with pytest.raises(AttachError, match="applications"):
         discover({"detail": "nope"})
+
+
+def _app(name: str, nodes: dict[str, list[tuple[str, str]]],
+         config: dict[str, Any]) -> dict[str, Any]:
+    """An application as Ray's REST API reports it, with its ``deployment_topology``."""
+    return {"status": "RUNNING", "deployed_app_config": config, "deployments": {},
+            "deployment_topology": {"app_name": name, "nodes": {
+                d: {"name": d, "app_name": name, "is_ingress": i == 0,
+                    "outbound_deployments": [{"name": n, "app_name": a} for a, n in calls]}
+                for i, (d, calls) in enumerate(nodes.items())}}}
+
+
+def test_the_deployment_graph_becomes_calls_between_the_services_telemetry_names() -> None:
+    gateway = _app("gateway", {"Router": [("gateway", "Auth"), ("chat", "Chat"),
+                                          ("gone", "X")], "Auth": []},
+                   {"name": "gateway", "runtime_env": {"env_vars": {
+                       "OTEL_SERVICE_NAME": "edge"}}, "deployments": [
+                       {"name": "Auth", "ray_actor_options": {"runtime_env": {"env_vars": {
+                           "OTEL_SERVICE_NAME": "auth"}}}}]})
+    chat = _app("chat", {"Chat": [("chat", "Tokenizer")], "Tokenizer": []},
+                _config(OTEL_SERVICE_NAME="chat-api"))
+    apps = discover({"applications": {"gateway": gateway, "chat": chat}})
+    # Router (service edge) calls Auth (its own service) and the chat app; the chat app's
+    # deployments share one service, so its inner call is no edge; an unknown app is skipped.
+    assert service_map(apps).edges == {("edge", "auth"), ("edge", "chat-api")}
+
+
+def test_a_cluster_without_the_graph_gives_no_calls() -> None:
+    apps = discover({"applications": {"chat": {"status": "RUNNING", "deployments": {},
+                                               "deployed_app_config": _config()}}})
+    assert service_map(apps).edges == set()
