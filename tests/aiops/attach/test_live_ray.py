@@ -142,7 +142,12 @@ def test_a_faulty_release_is_detected_rolled_back_through_serve_and_verified(
     assert verified["outcome"]["recovered_after_s"] > 0
 
     # The cluster runs release 1's config again, re-applied by aiops through Ray's API.
-    config = cluster.applications()["greeter"]["deployed_app_config"]
+    greeter = cluster.applications()["greeter"]
+    config = greeter["deployed_app_config"]
+    # Serve reports the deployment graph aiops reads calls from (one deployment here: a node
+    # with no outbound calls).
+    nodes = greeter["deployment_topology"]["nodes"]
+    assert [n["outbound_deployments"] for n in nodes.values()] == [[]]
     assert config["runtime_env"]["env_vars"]["OTEL_RESOURCE_ATTRIBUTES"] == "service.version=1"
     # The incident named the release from the app's own OpenTelemetry resource.
     incidents = server.store.query(
