@@ -45,6 +45,9 @@ class Deployment:
     replicas: tuple[str, ...]
     num_replicas: int | None
     autoscaling: dict[str, Any] | None
+    # (replica id, pid, node address) of the running replicas: what the eBPF collector on
+    # that node attributes kernel measurements with.
+    processes: tuple[tuple[str, int, str | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,12 +108,13 @@ def discover(details: dict[str, Any]) -> list[ServeApp]:
         deps = []
         for dname, d in sorted((app.get("deployments") or {}).items()):
             dcfg = d.get("deployment_config") or {}
+            running = [r for r in d.get("replicas") or [] if r.get("state") == "RUNNING"]
             deps.append(Deployment(
-                dname, str(d.get("status", "")),
-                tuple(r["replica_id"] for r in d.get("replicas") or []
-                      if r.get("state") == "RUNNING"),
+                dname, str(d.get("status", "")), tuple(r["replica_id"] for r in running),
                 d.get("target_num_replicas", dcfg.get("num_replicas")),
-                dcfg.get("autoscaling_config")))
+                dcfg.get("autoscaling_config"),
+                tuple((str(r["replica_id"]), int(r["pid"]), r.get("node_ip"))
+                      for r in running if isinstance(r.get("pid"), int))))
         version = app_version(config) if config else "imperative"
         out.append(ServeApp(name, app_service(name, config), version, str(app.get("status", "")),
                             config, tuple(deps), float(app.get("last_deployed_time_s") or 0),

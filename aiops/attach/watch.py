@@ -26,6 +26,7 @@ from aiops.attach.history import ConfigHistory
 from aiops.attach.ray_serve import RayServe, ServeApp, service_map
 from aiops.config import AttachTarget, Settings
 from aiops.errors import AIOpsError, ConfigError
+from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE
 from collectors.prometheus import Target
 
 __all__ = ["MANAGED_FILE", "Attachment", "load_managed", "save_managed", "targets_of"]
@@ -119,6 +120,7 @@ class Attachment:
         self._on_targets = on_targets
         self._on_calls = on_calls
         self._calls = ServiceMap()
+        self._replica_rows: list[dict[str, Any]] | None = None
         self._lock = threading.Lock()
         self._mtime: float | None = -1.0
         self.targets: list[AttachTarget] = []
@@ -186,6 +188,7 @@ class Attachment:
                 if self.errors.get(t.name) != str(exc):
                     log.warning("attached target %s: %s", t.name, exc)
                 self.errors[t.name] = str(exc)
+        self._write_replicas()
         calls = self.service_map()
         if calls != self._calls:
             self._calls = calls
@@ -193,6 +196,28 @@ class Attachment:
                 f"{a} -> {b}" for a, b in sorted(calls.edges)) or "no calls between services")
             if self._on_calls is not None:
                 self._on_calls(calls)
+
+    def replica_rows(self) -> list[dict[str, Any]]:
+        """Every attached Serve replica's process, in the eBPF collector's replica-file
+        format: its kernel measurements then name the app's service, version and replica."""
+        return [{"pid": pid, "app": app.name, "deployment": d.name, "replica": replica,
+                 "model": app.service_of(d.name), "version": app.version, "node_ip": node,
+                 "target": target}
+                for target, apps in sorted(self.apps.items()) for app in apps
+                for d in app.deployments for replica, pid, node in d.processes]
+
+    def _write_replicas(self) -> None:
+        rows = self.replica_rows()
+        if rows == self._replica_rows:
+            return
+        path = self.settings.data_dir / ATTACHED_REPLICAS_FILE
+        try:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+            tmp.replace(path)  # the collector never reads half a file
+            self._replica_rows = rows
+        except OSError as exc:
+            log.warning("cannot write %s: %s", path, exc)
 
     def service_map(self) -> ServiceMap:
         """Calls between services read off every attached cluster's Serve deployment graph."""

@@ -12,7 +12,7 @@ from aiops.auth import stack_credential
 from aiops.config import load_settings
 from aiops.logs import configure_json_logging
 from aiops.tls import client_verify
-from collectors.ebpf.attribution import REPLICAS_FILE
+from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE, REPLICAS_FILE
 from collectors.ebpf.collector import READY_FILE, EbpfCollector, preflight
 
 log = logging.getLogger("collectors.ebpf")
@@ -28,7 +28,8 @@ def main() -> int:
         return 2
     collector = EbpfCollector(settings.server_url, settings.ebpf_interval_s,
                               settings.ebpf_max_entries,
-                              Path(settings.data_dir) / REPLICAS_FILE,
+                              [Path(settings.data_dir) / REPLICAS_FILE,
+                               Path(settings.data_dir) / ATTACHED_REPLICAS_FILE],
                               settings.ebpf_kernel_source, verify=client_verify(settings),
                               token=stack_credential(Path(settings.data_dir), "ebpf"))
     if not collector.probes:

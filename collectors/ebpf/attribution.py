@@ -1,25 +1,51 @@
 """Who a kernel measurement belongs to: thread -> process -> Ray Serve replica.
 
 The Serve driver writes ``<data_dir>/serve-replicas.json`` from Ray's actor table (pid, app,
-deployment, replica id, model, version). Processes it does not list but whose title Ray set
-(``ray::ServeReplica:<app>:<deployment>``) still get their app and deployment; everything
-else is named by its command. All of it comes from /proc and that file: nothing here needs
-Ray, so the collector runs (as root) outside the Ray cluster.
+deployment, replica id, model, version); the server writes ``<data_dir>/attach-replicas.json``
+the same way for the Ray clusters it is attached to (docs/attach.md), each row with the
+node's address, so a collector takes only its own node's pids. Processes neither lists but
+whose title Ray set (``ray::ServeReplica:<app>:<deployment>``) still get their app and
+deployment; everything else is named by its command. All of it comes from /proc and those
+files: nothing here needs Ray, so the collector runs (as root) outside the Ray cluster.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import itertools
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["REPLICAS_FILE", "ProcessInfo", "Processes"]
+__all__ = ["ATTACHED_REPLICAS_FILE", "REPLICAS_FILE", "ProcessInfo", "Processes",
+           "local_addresses"]
 
 log = logging.getLogger(__name__)
 
 REPLICAS_FILE = "serve-replicas.json"  # in the data dir, written by serve.runner
+ATTACHED_REPLICAS_FILE = "attach-replicas.json"  # in the data dir, written by aiops.attach
+
+
+def local_addresses(proc: Path = Path("/proc")) -> set[str]:
+    """This host's IP addresses (IPv4 from the kernel's local routes, IPv6 from its
+    interfaces), to tell this node's replicas from another node's with the same pid."""
+    out = {"127.0.0.1", "::1"}
+    try:
+        lines = (proc / "net" / "fib_trie").read_text().splitlines()
+    except OSError:
+        lines = []
+    for prev, line in itertools.pairwise(lines):
+        if line.strip() == "/32 host LOCAL":
+            out.add(prev.strip().removeprefix("|-- ").strip())
+    try:
+        for row in (proc / "net" / "if_inet6").read_text().splitlines():
+            out.add(str(ipaddress.IPv6Address(int(row.split()[0], 16))))
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
 _TITLE_PREFIX = "ray::ServeReplica:"
 
 
@@ -48,31 +74,42 @@ class ProcessInfo:
 class Processes:
     """Caches tid -> tgid and tgid -> ProcessInfo; ``forget`` on exit keeps pid reuse honest."""
 
-    def __init__(self, replicas_file: Path | None = None, proc: Path = Path("/proc")) -> None:
-        self.replicas_file = replicas_file
+    def __init__(self, replicas_file: Path | Sequence[Path] | None = None,
+                 proc: Path = Path("/proc")) -> None:
+        self.replicas_files = ([] if replicas_file is None else [replicas_file]
+                               if isinstance(replicas_file, Path) else list(replicas_file))
         self.proc = proc
         self._replicas: dict[int, dict[str, str | None]] = {}
-        self._replicas_mtime = 0.0
+        self._replicas_mtime: tuple[float, ...] = ()
         self._tgid: dict[int, int] = {}
         self._info: dict[int, ProcessInfo] = {}
 
     def refresh(self) -> None:
-        """Re-read the replica file when it changed (the driver rewrites it every few s)."""
-        if self.replicas_file is None:
+        """Re-read the replica files when one changed (their writers rewrite them every few
+        s); a row for another node's address is not this node's process."""
+        mtimes = []
+        for path in self.replicas_files:
+            try:
+                mtimes.append(path.stat().st_mtime)
+            except FileNotFoundError:
+                mtimes.append(0.0)
+        if tuple(mtimes) == self._replicas_mtime:
             return
-        try:
-            mtime = self.replicas_file.stat().st_mtime
-        except FileNotFoundError:
-            return
-        if mtime == self._replicas_mtime:
-            return
-        try:
-            rows = json.loads(self.replicas_file.read_text())
-        except (OSError, ValueError) as exc:
-            log.warning("unreadable %s: %s", self.replicas_file, exc)
-            return
-        self._replicas_mtime = mtime
-        self._replicas = {int(r["pid"]): r for r in rows if isinstance(r, dict) and "pid" in r}
+        here = local_addresses(self.proc)
+        replicas: dict[int, dict[str, str | None]] = {}
+        for path, mtime in zip(self.replicas_files, mtimes, strict=True):
+            if not mtime:
+                continue
+            try:
+                rows = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                log.warning("unreadable %s: %s", path, exc)
+                return  # half-written: read again next time
+            for r in rows if isinstance(rows, list) else []:
+                if isinstance(r, dict) and "pid" in r and r.get("node_ip") in (None, *here):
+                    replicas[int(r["pid"])] = r
+        self._replicas_mtime = tuple(mtimes)
+        self._replicas = replicas
         self._info.clear()  # a replica may have moved into a known pid
 
     def tgid_of(self, tid: int) -> int | None:

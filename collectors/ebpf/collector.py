@@ -16,6 +16,7 @@ import ssl
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,7 +91,8 @@ class CollectorStats:
 
 class EbpfCollector:
     def __init__(self, server_url: str, interval_s: float = 5.0, max_entries: int = 8192,
-                 replicas_file: Path | None = None, headers: Path | None = None,
+                 replicas_file: Path | Sequence[Path] | None = None,
+                 headers: Path | None = None,
                  probes: tuple[type[Probe], ...] = PROBES,
                  verify: ssl.SSLContext | bool = True, token: str | None = None) -> None:
         self.server_url = server_url

@@ -7,6 +7,8 @@ the reason."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +27,9 @@ from aiops.config import AttachTarget, load_settings
 from aiops.remediation.actions import NotSupported
 from aiops.server.app import create_app
 from aiops.store import Store
+from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE, local_addresses
+from collectors.ebpf.collector import EbpfCollector, preflight
+from collectors.ebpf.probes import RunQueueLatency
 from tests.aiops.attach.cluster import FIXTURES, RayCluster, ray_cluster
 from tests.conftest import RunningServer
 from tests.loopback import serving
@@ -163,6 +168,51 @@ def test_a_faulty_release_is_detected_rolled_back_through_serve_and_verified(
         "AND resource_attributes->>'service.version' = '2'").rows[0][0]
     assert failed > 0
     assert recovered_s < 150, recovered_s
+
+
+def _greeter_replica(server: RunningServer) -> dict[str, Any] | None:
+    path = server.settings.data_dir / ATTACHED_REPLICAS_FILE
+    rows = json.loads(path.read_text()) if path.exists() else []
+    return next((r for r in rows if r["app"] == "greeter"), None)
+
+
+def test_the_attached_replicas_processes_are_named_for_the_ebpf_collector(
+        cluster: RayCluster, server: RunningServer, traffic: dict[str, int],
+        tmp_path: Path) -> None:
+    if "greeter" not in cluster.applications():  # run on its own
+        cluster.deploy(FIXTURES / "greeter-v1.yaml",
+                       {"OTEL_EXPORTER_OTLP_ENDPOINT": server.url}, tmp_path)
+    app = _wait("the greeter app read", lambda: _greeter(server), 90)
+    row = _wait("the greeter replica in attach-replicas.json",
+                lambda: _greeter_replica(server), 90)
+    # The same service and version as its telemetry, the replica id Serve reports, and the
+    # pid of the process Ray titled after that replica, on this node.
+    assert (row["model"], row["version"]) == ("greeter", app["version"])
+    assert row["node_ip"] in local_addresses()
+    assert row["replica"] in app["deployments"][0]["replicas"]
+    assert b"ServeReplica:greeter" in Path(f"/proc/{row['pid']}/cmdline").read_bytes()
+    if preflight():
+        if os.environ.get("AIOPS_REQUIRE_EBPF") == "1":
+            pytest.fail("eBPF collector cannot run here: " + "; ".join(preflight()))
+        return  # the kernel half needs root and bcc
+    # The eBPF collector, as a node's DaemonSet runs it, names the replica's kernel time.
+    collector = EbpfCollector(server.url, interval_s=1, probes=(RunQueueLatency,),
+                              replicas_file=[server.settings.data_dir / ATTACHED_REPLICAS_FILE])
+    try:
+        assert not collector.stats.attach_failures
+        deadline = time.monotonic() + 30
+        rows: list[Any] = []
+        while not rows and time.monotonic() < deadline:
+            time.sleep(1)
+            collector.cycle()
+            rows = server.store.query(
+                "SELECT DISTINCT attributes->>'gen_ai.request.model', "
+                "attributes->>'aiops.model.version', attributes->>'ray.serve.replica' "
+                "FROM metric_points WHERE name = 'aiops.ebpf.runq.latency' "
+                "AND (attributes->>'process.pid')::BIGINT = ?", [row["pid"]]).rows
+    finally:
+        collector.close()
+    assert rows == [("greeter", app["version"], row["replica"])]
 
 
 def test_rays_own_metrics_are_scraped_with_the_application_labels(

@@ -40,12 +40,14 @@ def test_discovery_reads_running_replicas_and_replica_counts() -> None:
         "deployments": {"Chat": {
             "status": "HEALTHY", "target_num_replicas": 2,
             "deployment_config": {"name": "Chat", "num_replicas": 2},
-            "replicas": [{"replica_id": "a1", "state": "RUNNING"},
+            "replicas": [{"replica_id": "a1", "state": "RUNNING", "pid": 4242,
+                          "node_ip": "10.0.0.7"},
                          {"replica_id": "b2", "state": "STARTING"}]}}},
         "adhoc": {"status": "RUNNING", "deployed_app_config": None, "deployments": {}}}}
     adhoc, chat = discover(details)
     assert (chat.service, chat.version, chat.status) == ("chat", "3", "RUNNING")
     assert chat.deployments[0].replicas == ("a1",) and chat.deployments[0].num_replicas == 2
+    assert chat.deployments[0].processes == (("a1", 4242, "10.0.0.7"),)
     assert adhoc.config is None and adhoc.version == "imperative"
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import threading
 from pathlib import Path
 
-from collectors.ebpf.attribution import Processes, ProcessInfo, _from_title
+from collectors.ebpf.attribution import Processes, ProcessInfo, _from_title, local_addresses
 
 
 def test_a_thread_resolves_to_its_process() -> None:
@@ -43,6 +44,32 @@ def test_a_listed_replica_carries_its_serve_identity(tmp_path: Path) -> None:
     assert attrs["aiops.model.version"] == "v2"
     assert attrs["process.pid"] == os.getpid()
     assert attrs["process.command"] == Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+
+
+def test_an_attached_clusters_replicas_count_only_on_their_own_node(tmp_path: Path) -> None:
+    """The server's attach-replicas.json lists every node's replicas; a pid listed for
+    another node's address is another process."""
+    embedded, attached = tmp_path / "serve-replicas.json", tmp_path / "attach-replicas.json"
+    embedded.write_text("[]")
+    row = {"pid": os.getpid(), "app": "greeter", "deployment": "Greeter", "replica": "r1",
+           "model": "greeter", "version": "1"}
+    attached.write_text(json.dumps([{**row, "node_ip": "203.0.113.9"}]))
+    procs = Processes([embedded, attached])
+    procs.refresh()
+    assert procs.info(os.getpid()).replica is None
+    attached.write_text(json.dumps([{**row, "node_ip": "127.0.0.1"}]))
+    os.utime(attached, (1, 1))  # a new mtime, whatever the clock's resolution
+    procs.refresh()
+    assert procs.info(os.getpid()).attributes()["ray.serve.replica"] == "r1"
+
+
+def test_this_hosts_addresses_include_loopback_and_its_interfaces() -> None:
+    addresses = local_addresses()
+    assert {"127.0.0.1", "::1"} <= addresses
+    hostname = socket.gethostname()
+    with contextlib.suppress(OSError):  # a host whose name does not resolve
+        own = {str(a[4][0]) for a in socket.getaddrinfo(hostname, None, socket.AF_INET)}
+        assert own <= addresses | {"127.0.1.1"}  # Debian's /etc/hosts alias is no interface
 
 
 def test_an_unlisted_process_is_named_by_its_command() -> None:
