@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiops.evals import nab
+from aiops.evals import nab, nab_score
 
 ROOT = Path(__file__).resolve().parents[3].parent / "shared" / "datasets" / "nab"
 needs_nab = pytest.mark.skipif(not (ROOT / "data").is_dir(),
                                reason=f"NAB dataset not found at {ROOT}")
 
-STANDARD = nab.CostMatrix(tp=1.0, fp=0.11, fn=1.0)
-FLAT = nab.CostMatrix(tp=1.0, fp=1.0, fn=1.0)
+STANDARD = nab_score.CostMatrix(tp=1.0, fp=0.11, fn=1.0)
+FLAT = nab_score.CostMatrix(tp=1.0, fp=1.0, fn=1.0)
 MAX_TP = 2 / (1 + math.exp(-5)) - 1  # scaled sigmoid at a window's left edge
 
 
@@ -26,30 +26,31 @@ def stamps(n: int) -> np.ndarray:
 
 
 def score_one(detections: list[int], n: int = 100, window: tuple[int, int] | None = (40, 49),
-              cost: nab.CostMatrix = FLAT, probation: float = 0.0) -> nab.ThresholdScore:
+              cost: nab_score.CostMatrix = FLAT, probation: float = 0.0
+              ) -> nab_score.ThresholdScore:
     """Score detections (row indices) in a file of ``n`` rows with at most one window."""
     ts = stamps(n)
     anomaly = np.zeros(n)
     anomaly[detections] = 1.0
     windows = [(ts[window[0]], ts[window[1]])] if window else []
-    sweep = nab.sweep_file("f.csv", ts, anomaly, windows, cost, probation)
-    return nab.score_file(sweep, 0.5, cost)
+    sweep = nab_score.sweep_file("f.csv", ts, anomaly, windows, cost, probation)
+    return nab_score.score_file(sweep, 0.5, cost)
 
 
 # -- the scoring function ------------------------------------------------------------------
 
 
 def test_scaled_sigmoid_is_nabs_curve() -> None:
-    assert nab.scaled_sigmoid(-1.0) == pytest.approx(0.98661, abs=1e-5)
-    assert nab.scaled_sigmoid(-0.5) == pytest.approx(0.84828, abs=1e-5)
-    assert nab.scaled_sigmoid(0.0) == 0.0
-    assert nab.scaled_sigmoid(1.0) == pytest.approx(-0.98661, abs=1e-5)
-    assert nab.scaled_sigmoid(3.5) == -1.0
+    assert nab_score.scaled_sigmoid(-1.0) == pytest.approx(0.98661, abs=1e-5)
+    assert nab_score.scaled_sigmoid(-0.5) == pytest.approx(0.84828, abs=1e-5)
+    assert nab_score.scaled_sigmoid(0.0) == 0.0
+    assert nab_score.scaled_sigmoid(1.0) == pytest.approx(-0.98661, abs=1e-5)
+    assert nab_score.scaled_sigmoid(3.5) == -1.0
 
 
 def test_probation_is_15_percent_of_the_file_capped_at_750_rows() -> None:
-    assert nab.probationary_length(4032) == 604
-    assert nab.probationary_length(22695) == 750.0
+    assert nab_score.probationary_length(4032) == 604
+    assert nab_score.probationary_length(22695) == 750.0
 
 
 def test_no_windows_and_no_detections_score_zero() -> None:
@@ -70,7 +71,7 @@ def test_only_the_earliest_detection_in_a_window_counts() -> None:
     earliest = score_one([45]).score
     assert score_one([45, 47, 49]).score == pytest.approx(earliest)
     # position -(49 - 45 + 1) / 10 = -0.5, normalised by the left edge's score
-    assert earliest == pytest.approx(nab.scaled_sigmoid(-0.5) / MAX_TP)
+    assert earliest == pytest.approx(nab_score.scaled_sigmoid(-0.5) / MAX_TP)
     assert score_one([45, 47, 49]).tp == 3
 
 
@@ -82,7 +83,7 @@ def test_false_positives_right_after_a_window_cost_less_than_later_ones() -> Non
     # Distances are relative to the window width less one: row 50 is 1/9 past row 49.
     soon = score_one([40, 50]).score - 1.0
     late = score_one([40, 90]).score - 1.0
-    assert soon == pytest.approx(nab.scaled_sigmoid(1 / 9))
+    assert soon == pytest.approx(nab_score.scaled_sigmoid(1 / 9))
     assert late == -1.0  # more than 3 widths past the window
     assert soon > late
 
@@ -98,27 +99,27 @@ def test_the_sweep_tries_every_score_and_keeps_the_best_threshold() -> None:
     anomaly = np.zeros(100)
     anomaly[[10, 20]] = 0.9   # two false positives
     anomaly[40] = 0.6         # the window's first row
-    sweep = nab.sweep_file("f.csv", ts, anomaly, [(ts[40], ts[49])], STANDARD, 0.0)
-    rows = nab.scores_by_threshold([sweep], STANDARD)
+    sweep = nab_score.sweep_file("f.csv", ts, anomaly, [(ts[40], ts[49])], STANDARD, 0.0)
+    rows = nab_score.scores_by_threshold([sweep], STANDARD)
     assert [r.threshold for r in rows] == [1.1, 0.9, 0.6, 0.0]
     assert rows[0].score == -1.0  # nothing detected: one missed window
-    best = nab.optimize_threshold([sweep], STANDARD)
+    best = nab_score.optimize_threshold([sweep], STANDARD)
     assert best.threshold == 0.6
     assert best.score == pytest.approx(1.0 - 2 * 0.11)
-    assert nab.score_file(sweep, best.threshold, STANDARD).score == pytest.approx(best.score)
+    assert nab_score.score_file(sweep, best.threshold, STANDARD).score == pytest.approx(best.score)
 
 
 def test_scores_are_normalised_between_the_null_and_the_perfect_detector() -> None:
-    assert nab.normalized(-116.0, -116.0, 116.0) == 0.0
-    assert nab.normalized(116.0, -116.0, 116.0) == 100.0
-    assert nab.normalized(46.6345, -116.0, 116.0) == pytest.approx(70.1, abs=0.01)
+    assert nab_score.normalized(-116.0, -116.0, 116.0) == 0.0
+    assert nab_score.normalized(116.0, -116.0, 116.0) == 100.0
+    assert nab_score.normalized(46.6345, -116.0, 116.0) == pytest.approx(70.1, abs=0.01)
 
 
 def test_windows_must_start_and_end_on_rows() -> None:
     ts = stamps(10)
     with pytest.raises(ValueError, match="does not start and end on rows"):
-        nab.sweep_file("f.csv", ts, np.zeros(10), [(ts[2], ts[2] + np.timedelta64(1, "m"))],
-                       STANDARD)
+        nab_score.sweep_file("f.csv", ts, np.zeros(10),
+                             [(ts[2], ts[2] + np.timedelta64(1, "m"))], STANDARD)
 
 
 def test_the_scoreboard_is_read_with_its_ranges(tmp_path: Path) -> None:
