@@ -20,7 +20,7 @@ from aiops.analytics.incidents import Incident, IncidentTracker, to_table
 from aiops.analytics.kernel import kernel_findings
 from aiops.analytics.logstream import LogDetector
 from aiops.analytics.slo import BurnWindow, Objective, burn_findings, parse_windows
-from aiops.analytics.topology import ServiceMap
+from aiops.analytics.topology import ServiceMap, mesh_calls
 from aiops.analytics.traces import TraceThresholds, trace_findings
 from aiops.errors import AIOpsError
 from aiops.store import Store
@@ -39,6 +39,9 @@ class AnalyzerConfig:
     resolve_after_s: float = 30.0
     objectives: tuple[Objective, ...] = ()
     calls: ServiceMap | None = None  # a declared service map (docs/attach.md)
+    # Mesh metrics' source -> destination calls: re-read this often, over this much history.
+    mesh_every_s: float = 60.0
+    mesh_history_s: float = 900.0
 
 
 def objectives_from_specs(models_file: Path | None) -> tuple[Objective, ...]:
@@ -72,11 +75,36 @@ class Analyzer:
         self.config = config
         self.clock = clock
         self.tracker = IncidentTracker(config.resolve_after_s, calls=config.calls)
+        self._calls = config.calls or ServiceMap()  # declared, and Serve's graph once read
+        self._mesh = ServiceMap()
+        self._mesh_read_ns: int | None = None
         self.logs = LogDetector()
         self.templates = self.logs.templates
         self.stats = AnalyzerStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def set_calls(self, calls: ServiceMap) -> None:
+        """The calls known from outside the store (a declared map, attached Serve apps'
+        deployment graphs); mesh metrics' calls are added each round."""
+        self._calls = calls
+        self._apply_calls()
+
+    def _apply_calls(self) -> None:
+        merged = self._calls | self._mesh
+        self.tracker.calls = merged if merged.edges else None
+
+    def _read_mesh(self, now_ns: int) -> None:
+        if self._mesh_read_ns is not None and \
+                now_ns - self._mesh_read_ns < self.config.mesh_every_s * 1e9:
+            return
+        self._mesh_read_ns = now_ns
+        mesh = mesh_calls(self.store, now_ns - int(self.config.mesh_history_s * 1e9))
+        if mesh != self._mesh:
+            log.info("mesh calls: %s", ", ".join(f"{a} -> {b}" for a, b in sorted(mesh.edges))
+                     or "none")
+            self._mesh = mesh
+            self._apply_calls()
 
     def detect(self, now_ns: int) -> list[Finding]:
         c = self.config
@@ -98,6 +126,7 @@ class Analyzer:
     def step(self, now_ns: int | None = None) -> list[Incident]:
         """One round: detect, fold into incidents, persist what changed."""
         now_ns = now_ns if now_ns is not None else self.clock()
+        self._read_mesh(now_ns)
         findings = self.detect(now_ns)
         changed = self.tracker.update(findings, now_ns)
         for inc in changed:

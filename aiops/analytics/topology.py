@@ -8,7 +8,12 @@ cause cannot be read off spans. A service map names them instead, as YAML or JSO
       front-end: [orders, carts, catalogue, user]
       orders: [payment, shipping, carts, user]
 
-Edges from traces and from the map are used together; the map never removes an edge.
+Mesh metrics give calls too: a series labelled with its source and destination (Istio's
+``source_workload`` / ``destination_workload``, or their ``*_canonical_service``) is a call
+between the two; ``mesh_calls`` reads them from what the server scraped.
+
+Edges from traces, the map, Serve's deployment graph (aiops.attach) and the mesh are used
+together; no source removes an edge another gave.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from pathlib import Path
 
 import yaml
 
-from aiops.errors import ConfigError
+from aiops.errors import AIOpsError, ConfigError
+from aiops.store import Store
 
-__all__ = ["ServiceMap", "load_service_map"]
+__all__ = ["ServiceMap", "load_service_map", "mesh_calls"]
 
 MAX_BYTES = 1 * 2**20
 MAX_EDGES = 10_000
@@ -81,3 +87,28 @@ def load_service_map(path: Path | None) -> ServiceMap:
     except yaml.YAMLError as exc:
         raise ConfigError(f"service map {path} is not YAML/JSON: {exc}") from exc
     return parse_service_map(doc, str(path))
+
+
+_MESH = f"""
+SELECT DISTINCT src, dst FROM (
+  SELECT coalesce(attributes->>'source_canonical_service', attributes->>'source_workload') AS src,
+         coalesce(attributes->>'destination_canonical_service',
+                  attributes->>'destination_workload') AS dst
+  FROM metric_points
+  WHERE time >= make_timestamp_ns(?) AND attributes->>'destination_workload' IS NOT NULL)
+WHERE src IS NOT NULL AND dst IS NOT NULL AND src <> dst
+  AND src <> 'unknown' AND dst <> 'unknown'
+LIMIT {MAX_EDGES}
+"""
+
+
+def mesh_calls(store: Store, since_ns: int) -> ServiceMap:
+    """Calls seen in mesh metrics since ``since_ns`` (Istio's labels; ``unknown``, its name
+    for a peer outside the mesh, is no service). An unreadable store gives no calls: the
+    other sources still do."""
+    try:
+        rows = store.query(_MESH, [since_ns]).rows
+    except AIOpsError:
+        return ServiceMap()
+    return ServiceMap(frozenset((str(a), str(b)) for a, b in rows
+                                if _NAME.match(str(a)) and _NAME.match(str(b))))

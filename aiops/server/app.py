@@ -36,7 +36,7 @@ from agents.chatops import make_router as chatops_router
 from aiops.analytics.engine import Analyzer, AnalyzerConfig, objectives_from_specs
 from aiops.analytics.incidents import IncidentTracker
 from aiops.analytics.slo import parse_windows
-from aiops.analytics.topology import ServiceMap, load_service_map
+from aiops.analytics.topology import load_service_map
 from aiops.analytics.traces import TraceThresholds
 from aiops.attach.control import Planes
 from aiops.attach.watch import Attachment
@@ -109,7 +109,8 @@ def create_app(settings: Settings, store: Store,
     declared = load_service_map(settings.service_map_file)
     attachment = Attachment(settings, lambda: _troubled(tracker),
                             lambda extra: scraper.set_targets([*targets, *extra]),
-                            lambda graph: _set_calls(tracker, declared | graph))
+                            lambda graph: analyzer.set_calls(declared | graph)
+                            if analyzer is not None else None)
     remediator = Remediator(store, load_policy(settings.policy_file), lambda: Planes(
         [lambda: LifecycleClient.from_settings(settings), *attachment.planes()]))
     analyzer = _analyzer(settings, store, remediator) if settings.analytics else None
@@ -323,13 +324,6 @@ def _troubled(tracker: IncidentTracker | None) -> set[tuple[str, str]]:
         return set()
     return {(c.entity.service, c.entity.version) for inc in list(tracker.open.values())
             for c in inc.causes if c.entity.version}
-
-
-def _set_calls(tracker: IncidentTracker | None, calls: ServiceMap) -> None:
-    """The declared service map and attached Serve apps' deployment graph, for grouping and
-    ranking from the next round on."""
-    if tracker is not None:
-        tracker.calls = calls if calls.edges else None
 
 
 def _analyzer(settings: Settings, store: Store, remediator: Remediator) -> Analyzer:
