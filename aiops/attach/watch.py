@@ -145,6 +145,11 @@ class Attachment:
         with self._lock:
             self._mtime = mtime
             self.targets = targets
+            # What a removed target showed goes with it: its replicas, calls and models.
+            names = {t.name for t in targets}
+            for seen in (self.apps, self.models, self.tags, self.errors):
+                for name in [n for n in seen if n not in names]:
+                    del seen[name]
             for t in targets:
                 if t.kind == "ray" and t.name not in self.histories:
                     self.histories[t.name] = ConfigHistory(

@@ -3,13 +3,17 @@ names unique, tokens read from files when used."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
+from aiops.attach.ray_serve import Deployment, ServeApp
 from aiops.attach.watch import (
+    Attachment,
     load_managed,
     model_tag,
     save_managed,
@@ -19,6 +23,7 @@ from aiops.attach.watch import (
 from aiops.cli import app
 from aiops.config import AttachTarget, load_settings
 from aiops.errors import ConfigError
+from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE
 
 
 def _t(name: str, kind: str = "ray", **kw: object) -> AttachTarget:
@@ -103,3 +108,21 @@ def test_a_vllm_models_version_is_the_tag_of_the_weights_it_loaded() -> None:
     assert model_tag("/models/Llama-3.1-8B-Instruct-v2/") == "Llama-3.1-8B-Instruct-v2"
     assert model_tag("HuggingFaceTB/SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"
     assert model_tag("plain") == "plain"
+
+
+def test_a_removed_targets_replicas_and_calls_go_with_it(tmp_path: Path) -> None:
+    dead = "http://127.0.0.1:9"  # nothing listens: reads fail, are logged, and go on
+    save_managed(tmp_path, [_t("r", url=dead)])
+    attachment = Attachment(load_settings(data_dir=tmp_path))
+    # What an earlier round read off the cluster: one app with a running replica.
+    attachment.apps["r"] = [ServeApp("greeter", "greeter", "1", "RUNNING", None, (
+        Deployment("Greeter", "HEALTHY", ("r1",), 1, None, (("r1", 4242, "127.0.0.1"),)),))]
+    attachment.read_once()
+    rows = json.loads((tmp_path / ATTACHED_REPLICAS_FILE).read_text())
+    assert [(r["replica"], r["pid"]) for r in rows] == [("r1", 4242)]
+    assert "r" in attachment.errors
+    save_managed(tmp_path, [])
+    os.utime(tmp_path / "attach.json", (1, 1))  # a new mtime, whatever the clock's resolution
+    attachment.read_once()
+    assert json.loads((tmp_path / ATTACHED_REPLICAS_FILE).read_text()) == []
+    assert attachment.apps == {} and attachment.errors == {}
