@@ -137,3 +137,14 @@ def _session(sid: int) -> list[int]:
             except (ProcessLookupError, PermissionError):
                 continue
     return out
+
+
+def wait_for(what: str, check: Any, timeout_s: float) -> Any:
+    """``check()``'s first truthy answer, polled every second; fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(1)
+    raise AssertionError(f"{what} did not happen within {timeout_s} s")

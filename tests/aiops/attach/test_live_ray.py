@@ -30,7 +30,7 @@ from aiops.store import Store
 from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE, local_addresses
 from collectors.ebpf.collector import EbpfCollector, preflight
 from collectors.ebpf.probes import RunQueueLatency
-from tests.aiops.attach.cluster import FIXTURES, RayCluster, ray_cluster
+from tests.aiops.attach.cluster import FIXTURES, RayCluster, ray_cluster, wait_for
 from tests.conftest import RunningServer
 from tests.loopback import serving
 
@@ -104,16 +104,6 @@ def _attached(server: RunningServer) -> dict[str, Any]:
     return target
 
 
-def _wait(what: str, check: Any, timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(1)
-    raise AssertionError(f"{what} did not happen within {timeout_s} s")
-
-
 def _greeter(server: RunningServer) -> dict[str, Any] | None:
     apps = _attached(server).get("applications", [])
     return next((a for a in apps if a["name"] == "greeter"), None)
@@ -132,7 +122,7 @@ def test_a_faulty_release_is_detected_rolled_back_through_serve_and_verified(
     cluster.deploy(FIXTURES / "greeter-v1.yaml", exporters, tmp_path)
     cluster.wait_running("greeter", "1")
     # Release 1 runs with no incident long enough to be the one a rollback returns to.
-    app = _wait("release 1 kept as healthy", lambda: (g := _greeter(server))
+    app = wait_for("release 1 kept as healthy", lambda: (g := _greeter(server))
                 and "1" in g["healthy_versions"] and g, 90)
     assert app["service"] == "greeter" and app["version"] == "1" and app["declarative"]
     assert len(app["deployments"][0]["replicas"]) == 1
@@ -141,7 +131,7 @@ def test_a_faulty_release_is_detected_rolled_back_through_serve_and_verified(
     cluster.deploy(FIXTURES / "greeter-v2.yaml", exporters, tmp_path)
     deployed = time.monotonic()
     # No wait for release 2 to show as RUNNING: it may be rolled back before a poll sees it.
-    verified = _wait("a verified rollback", lambda: _action(server, "verified"), 180)
+    verified = wait_for("a verified rollback", lambda: _action(server, "verified"), 180)
     recovered_s = time.monotonic() - deployed
     assert verified["target"] == "greeter@2" and verified["mode"] == "auto"
     assert verified["outcome"]["recovered_after_s"] > 0
@@ -182,8 +172,8 @@ def test_the_attached_replicas_processes_are_named_for_the_ebpf_collector(
     if "greeter" not in cluster.applications():  # run on its own
         cluster.deploy(FIXTURES / "greeter-v1.yaml",
                        {"OTEL_EXPORTER_OTLP_ENDPOINT": server.url}, tmp_path)
-    app = _wait("the greeter app read", lambda: _greeter(server), 90)
-    row = _wait("the greeter replica in attach-replicas.json",
+    app = wait_for("the greeter app read", lambda: _greeter(server), 90)
+    row = wait_for("the greeter replica in attach-replicas.json",
                 lambda: _greeter_replica(server), 90)
     # The same service and version as its telemetry, the replica id Serve reports, and the
     # pid of the process Ray titled after that replica, on this node.
@@ -217,7 +207,7 @@ def test_the_attached_replicas_processes_are_named_for_the_ebpf_collector(
 
 def test_rays_own_metrics_are_scraped_with_the_application_labels(
         server: RunningServer) -> None:
-    rows = _wait("Ray's Serve metrics in DuckDB", lambda: server.store.query(
+    rows = wait_for("Ray's Serve metrics in DuckDB", lambda: server.store.query(
         "SELECT DISTINCT attributes->>'application' FROM metric_points "
         "WHERE service_name = 'team-ray' AND name LIKE 'ray_serve_%'").rows, 60)
     assert ("greeter",) in rows

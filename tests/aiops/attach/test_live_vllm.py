@@ -35,6 +35,7 @@ from aiops.server.app import create_app
 from aiops.store import Store
 from dashboards.generate import GENERATED, PACKAGE_DIR
 from dashboards.inspect import queries
+from tests.aiops.attach.cluster import wait_for
 from tests.conftest import RunningServer
 from tests.loopback import serving
 from tests.prometheus import RunningPrometheus, compose_config, running_prometheus
@@ -151,27 +152,17 @@ def traffic(attached: str) -> Iterator[dict[str, int]]:
     thread.join(timeout=120)
 
 
-def _wait(what: str, check: Any, timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(1)
-    raise AssertionError(f"{what} did not happen within {timeout_s} s")
-
-
 def test_the_vllm_servers_metrics_and_traces_land_under_the_models_name(
         server: RunningServer, traffic: dict[str, int]) -> None:
-    _wait("five answered requests", lambda: traffic["ok"] >= 5, 120)
+    wait_for("five answered requests", lambda: traffic["ok"] >= 5, 120)
     assert traffic["failed"] == 0
     q = server.store.query
     # As scraped, under the target's name ...
-    _wait("vLLM's own KV-cache metric", lambda: q(
+    wait_for("vLLM's own KV-cache metric", lambda: q(
         "SELECT 1 FROM metric_points WHERE service_name = ? AND name = "
         "'vllm:kv_cache_usage_perc'", [TARGET]).rows, 30)
     # ... and under the project's names, the model as the service, its tag as the version.
-    rows = _wait("the request latency under the project's name", lambda: q(
+    rows = wait_for("the request latency under the project's name", lambda: q(
         "SELECT count, attributes->>'aiops.model.version' FROM metric_points "
         "WHERE service_name = ? AND name = 'gen_ai.server.request.duration' AND count >= 5 "
         "ORDER BY time DESC LIMIT 1", [MODEL]).rows, 30)
@@ -182,7 +173,7 @@ def test_the_vllm_servers_metrics_and_traces_land_under_the_models_name(
     assert {"aiops.model.kv_cache.usage", "gen_ai.server.time_to_first_token",
             "aiops.serve.queue_depth"} <= names
     # vLLM's request spans, sent with its ingest token, carry the same service and version.
-    spans = _wait("vLLM's llm_request spans", lambda: q(
+    spans = wait_for("vLLM's llm_request spans", lambda: q(
         "SELECT resource_attributes->>'service.version', "
         "(attributes->>'gen_ai.usage.prompt_tokens')::INT, kind FROM spans "
         "WHERE service_name = ? AND name = 'llm_request'", [MODEL]).rows, 30)
@@ -215,11 +206,11 @@ def test_the_serving_dashboards_queries_show_the_attached_model(
     config = compose_config(server.settings.data_dir,
                             {"aiops:4318": server.url.removeprefix("http://")})
     with running_prometheus(config, tmp_path) as prom:
-        _wait("the model as a value of the dashboard's model variable",
+        wait_for("the model as a value of the dashboard's model variable",
               lambda: MODEL in _label_values(prom), 60)
         for expr in exprs:
             expr = expr.replace("$__rate_interval", "15s").replace("$model", MODEL)
-            series = _wait(f"data for {expr}", lambda e=expr: [
+            series = wait_for(f"data for {expr}", lambda e=expr: [
                 s for s in prom.query_range(e, seconds=30, step=1)
                 if s["metric"].get("gen_ai_request_model") == MODEL
                 and any(v == v for _, v in ((t, float(x)) for t, x in s["values"]))], 60)
