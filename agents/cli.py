@@ -127,14 +127,14 @@ def evaluate(
     client = make_llm(base, name, key, settings.agent_timeout_s) if base else None
 
     def progress(r: CaseResult) -> None:
-        if as_json:
-            return
         mark = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
         failed = ", ".join(k for k, ok in r.checks.items() if not ok)
         narr = "" if r.narrative_ok is None else \
             (" narrative ok" if r.narrative_ok else f" narrative rejected: {r.narrative_problem}")
-        console.print(f"{mark} {r.case} ({r.seconds:.1f} s){' - ' + failed if failed else ''}"
-                      f"{escape(narr)}")
+        # With --json, progress goes to stderr: stdout stays one JSON document.
+        (err_console if as_json else console).print(
+            f"{mark} {r.case} ({r.seconds:.1f} s){' - ' + failed if failed else ''}"
+            f"{escape(narr)}")
 
     report = run_eval(cases, client, name if base else None, progress)
     with_llm = report.pass_rate_with_narrative
