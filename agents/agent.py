@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.intent import Intent, IntentKind, intent_schema, parse_rules
+from agents.intent import TELEMETRY_KINDS, Intent, IntentKind, intent_schema, parse_rules
 from agents.investigate import Findings, Investigation, investigate
 from agents.narrate import SYSTEM_PROMPT, Narrative, llm_narrative, template_narrative
+from agents.questions import Report
+from agents.questions import answer as answer_question
 from agents.tools import Toolbox, ToolResult, ToolStatus
 from aiops.errors import AIOpsError
 
@@ -37,7 +39,11 @@ __all__ = ["Agent", "Answer", "make_llm"]
 Mode = Literal["plan", "tools"]
 
 HELP = ("Ask about incidents and models, e.g. 'what happened to smollm2-135m-instruct in the "
-        "last 15 minutes?', 'list open incidents', 'explain inc-...', 'roll back <model>'. "
+        "last 15 minutes?', 'list open incidents', 'explain inc-...', 'roll back <model>'; "
+        "or about the telemetry: 'p99 latency of the chat model over the last 10 minutes', "
+        "'slowest traces', 'failed requests', 'top error logs', 'new log templates', 'what "
+        "changed in the last hour', 'compare v1 and v2', 'is minilm saturated', 'tokens per "
+        "second', 'error budget left' (in Chinese too: '聊天模型过去十分钟的P99延迟'). "
         "Actions go through the remediation policy.")
 
 
@@ -126,8 +132,13 @@ class Agent:
         except AIOpsError:
             models, versions = [], []
         intent = self.parse(question, models)
-        inv = investigate(self.box, intent)
-        if intent.kind is IntentKind.HELP:
+        if intent.kind in TELEMETRY_KINDS:
+            inv = Investigation(intent=intent, report=answer_question(self.box, intent, question))
+        else:
+            inv = investigate(self.box, intent)
+        if inv.report is not None:
+            narrative = Narrative(text=_report_summary(inv.report), source="template")
+        elif intent.kind is IntentKind.HELP:
             narrative = Narrative(text=HELP, source="template")
         elif intent.kind is IntentKind.DECIDE_ACTION:
             p = inv.proposal
@@ -225,6 +236,9 @@ def render_markdown(a: Answer) -> str:
         if f is None:
             return "\n".join(lines)
         lines.append("The one that matters most:")
+    if a.report is not None:
+        lines += _render_report(a.report)
+        return "\n".join(lines)
     if f is not None:
         where = f.component + (f"@{f.version}" if f.version else "")
         lines.append(f"*{f.fault_class or 'anomaly'} on {where}* - incident `{f.incident_id}` "
@@ -234,10 +248,49 @@ def render_markdown(a: Answer) -> str:
         lines.append("Evidence:")
         lines += [f"- {e.tag} {e.kind} `{e.id}`: {e.text}" for e in a.evidence]
     if a.proposal is not None:
-        p = a.proposal
-        detail = p.data.get("description") if isinstance(p.data, dict) else None
-        verb = "Decided" if p.tool == "decide_action" else "Proposed"
-        state = p.data.get("status") if isinstance(p.data, dict) else None
-        lines.append(f"{verb}: {detail or p.params.get('kind') or p.params.get('action_id')}"
-                     f" -> {state or p.status}" + (f" ({p.error})" if p.error else ""))
+        lines.append(proposal_text(a.proposal))
     return "\n".join(lines)
+
+
+def _report_summary(r: Report) -> str:
+    body = [line for line in r.lines if not line.startswith("- ")]
+    return (body[0] if body else r.headline) if r.lines else \
+        "Nothing to show: " + "; ".join(r.gaps) + "."
+
+
+def _render_report(r: Report) -> list[str]:
+    lines = [f"*{r.headline}*", *r.lines]
+    if r.gaps:
+        lines.append("Not answered from the telemetry here: " + "; ".join(r.gaps) + ".")
+    if r.queries:
+        lines.append("SQL behind these figures:")
+        lines += [f"```sql\n{q.sql}\n```" for q in r.queries]
+    return lines
+
+
+def proposal_text(p: ToolResult) -> str:
+    """What happened to a proposed or decided action, in words: done, waiting for whom,
+    refused and why, or impossible and why."""
+    data = p.data if isinstance(p.data, dict) else {}
+    what = data.get("description") or " ".join(
+        str(v) for v in (p.params.get("kind"), p.params.get("model"), p.params.get("version"))
+        if v) or p.params.get("action_id") or "the action"
+    act = data.get("action_id")
+    ref = f" ({act})" if act else ""
+    status = data.get("status")
+    if p.tool == "decide_action" and p.ok:
+        return f"Decided: {what}{ref} is now {status}."
+    if status == "denied" or p.status is ToolStatus.DENIED:
+        why = data.get("decision") or p.error or "no reason given"
+        return f"Not done: the policy denied {what}{ref}: {why}."
+    if status == "pending" or p.status is ToolStatus.APPROVAL_REQUIRED:
+        return (f"Waiting for approval: {what}{ref}; an admin can reply 'approve {act}' or "
+                f"'deny {act}'.")
+    if status == "dry_run":
+        return (f"Dry run only: {what}{ref} was recorded in the ledger but nothing was changed "
+                f"(policy mode dry_run).")
+    if status in ("executed", "verified", "approved"):
+        return f"Done: {what}{ref} ({status})."
+    if status == "failed":
+        return f"Failed: {what}{ref}: {p.error or 'see the actions list'}."
+    return f"Not done: {p.error or f'{what} returned {status or p.status}'}."

@@ -19,7 +19,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -32,6 +32,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from agents.agent import Agent, Answer, make_llm
 from agents.tools import Limits, Proposer, Toolbox
+from aiops.analytics.slo import Objective
 from aiops.auth import Role
 from aiops.config import Settings
 from aiops.errors import AIOpsError, ConfigError
@@ -113,9 +114,10 @@ class AgentService:
 
     def __init__(self, settings: Settings, store: Store,
                  propose: Callable[[Action, str, int], dict[str, Any]] | None = None,
-                 decide: Decide | None = None) -> None:
+                 decide: Decide | None = None, objectives: Sequence[Objective] = ()) -> None:
         self.settings = settings
         self.store = store
+        self.objectives = tuple(objectives)
         self.proposer: Proposer | None = _Acting(propose, decide) if propose else None
         self._slots = threading.BoundedSemaphore(settings.agent_max_concurrent)
         self._llm: LLM | None = None
@@ -141,7 +143,7 @@ class AgentService:
             proposer = _AsRole(self.proposer, role, actor) if self.proposer else None
             box = Toolbox(self.store, proposer,
                           Limits(sql_rows=s.agent_sql_rows, sql_timeout_s=s.agent_sql_timeout_s),
-                          actor=actor)
+                          actor=actor, objectives=self.objectives)
             return Agent(box, self.llm, s.agent_mode).ask(question)
         finally:
             self._slots.release()

@@ -11,11 +11,25 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["Intent", "IntentKind", "intent_schema", "match_model", "parse_rules"]
+from agents.cues import (
+    BY_REPLICA,
+    BY_VERSION,
+    CAUSE,
+    FAILED,
+    NEW,
+    TELEMETRY,
+    VERSION,
+    percentiles,
+    window_minutes,
+    zh_action,
+)
+
+__all__ = ["TELEMETRY_KINDS", "Intent", "IntentKind", "intent_schema", "match_model",
+           "parse_rules"]
 
 DEFAULT_MINUTES = 15
 
@@ -27,6 +41,20 @@ class IntentKind(StrEnum):
     PROPOSE_ACTION = "propose_action"
     DECIDE_ACTION = "decide_action"  # approve or deny a pending action
     HELP = "help"
+    # Questions about the telemetry itself, answered from the store (agents.questions).
+    LATENCY = "latency"  # percentiles per model / version / replica
+    TRACES = "traces"  # slowest or failed traces
+    LOGS = "logs"  # top error logs, new log templates
+    CHANGES = "changes"  # deploys, canaries, replicas, actions
+    COMPARE = "compare"  # two versions side by side
+    SATURATION = "saturation"  # queue depth, KV cache, replicas, memory, CPU run queue
+    THROUGHPUT = "throughput"  # tokens per second
+    SLO = "slo"  # objectives and error budget left
+
+
+TELEMETRY_KINDS = frozenset({IntentKind.LATENCY, IntentKind.TRACES, IntentKind.LOGS,
+                             IntentKind.CHANGES, IntentKind.COMPARE, IntentKind.SATURATION,
+                             IntentKind.THROUGHPUT, IntentKind.SLO})
 
 
 class Intent(BaseModel):
@@ -38,16 +66,18 @@ class Intent(BaseModel):
     action: str | None = None  # rollback, scale, promote, shed_load (for propose_action)
     action_id: str | None = None  # for decide_action
     approve: bool | None = None
+    # Telemetry questions: which percentiles, broken down by what, which versions, which
+    # traces (slowest or failed), only log templates new in the window.
+    percentiles: list[float] = Field(default_factory=list)
+    by: Literal["version", "replica"] | None = None
+    versions: list[str] = Field(default_factory=list)
+    order: Literal["slowest", "failed"] | None = None
+    new_only: bool = False
     source: str = "rules"  # rules or llm
 
 
 _INCIDENT_ID = re.compile(r"\binc-[0-9a-f]{6,32}\b")
 _DECIDE = re.compile(r"^\s*(approve|deny|reject)\s+(act-[0-9a-f]{6,32})\b", re.I)
-_VERSION = re.compile(r"\b(v\d+(?:\.\d+)*)\b")
-_WINDOW = re.compile(
-    r"\b(?:last|past|previous)\s+(?:(\d+(?:\.\d+)?)\s*)?"
-    r"(s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?|d|days?)\b", re.I)
-_UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 24 * 60.0}
 _ACTIONS = {"rollback": "rollback", "roll back": "rollback", "revert": "rollback",
             "scale": "scale", "add a replica": "scale", "add replicas": "scale",
             "promote": "promote", "shed": "shed_load"}
@@ -63,14 +93,8 @@ _HELP = re.compile(r"^\s*(help|\?|what can you do)", re.I)
 _KIND_WORDS = {"embed": ("embed", "embedding", "embeddings", "minilm"),
                "ocr": ("ocr", "vision", "image", "images"),
                "chat": ("chat", "llm", "smollm", "smollm2")}
-
-
-def window_minutes(question: str) -> float | None:
-    m = _WINDOW.search(question)
-    if m is None:
-        return None
-    n = float(m.group(1)) if m.group(1) else 1.0
-    return n * _UNITS[m.group(2)[0].lower()]
+_ZH_KIND_WORDS = {"embed": ("嵌入", "向量"), "ocr": ("图像", "图片", "视觉", "文字识别", "识别"),
+                  "chat": ("聊天", "对话", "大模型", "语言模型")}
 
 
 def match_model(question: str, models: list[str]) -> str | None:
@@ -86,7 +110,7 @@ def match_model(question: str, models: list[str]) -> str | None:
         if any(p in words for p in parts):
             return m
     for key, cues in _KIND_WORDS.items():
-        if words & set(cues):
+        if words & set(cues) or any(c in q for c in _ZH_KIND_WORDS[key]):
             fits = [m for m in models if key in m.lower() or any(c in m.lower() for c in cues)]
             if len(fits) == 1:
                 return fits[0]
@@ -97,10 +121,13 @@ def parse_rules(question: str, models: list[str]) -> Intent | None:
     """The intent by rules; None when no rule recognises the question."""
     model = match_model(question, models)
     incident = _INCIDENT_ID.search(question)
-    version = _VERSION.search(question)
+    bare = question  # "minilm-l6-v2" names a model, not version v2
+    for m in sorted(models, key=len, reverse=True):
+        bare = re.sub(re.escape(m), " ", bare, flags=re.I)
+    versions = list(dict.fromkeys(v.lower() for v in VERSION.findall(bare)))
     minutes = window_minutes(question) or DEFAULT_MINUTES
     common: dict[str, Any] = {"model": model, "minutes": minutes,
-                              "version": version.group(1) if version else None,
+                              "version": versions[0] if versions else None,
                               "incident_id": incident.group(0) if incident else None}
     decide = _DECIDE.search(question)
     if decide:
@@ -111,15 +138,45 @@ def parse_rules(question: str, models: list[str]) -> Intent | None:
         said = imperative.group(1).lower().replace("  ", " ")
         action = next(a for k, a in _ACTIONS.items() if said.startswith(k.split()[0]))
         return Intent(kind=IntentKind.PROPOSE_ACTION, action=action, **common)
+    zh = zh_action(question)
+    if zh:
+        return Intent(kind=IntentKind.PROPOSE_ACTION, action=zh, **common)
     if _HELP.search(question):
         return Intent(kind=IntentKind.HELP, **common)
     if incident and not _LIST.search(question):
         return Intent(kind=IntentKind.DESCRIBE_INCIDENT, **common)
     if _LIST.search(question) and model is None:
         return Intent(kind=IntentKind.LIST_INCIDENTS, **common)
-    if _INVESTIGATE.search(question) or model is not None:
+    if not CAUSE.search(question):
+        telemetry = telemetry_intent(question, common, versions)
+        if telemetry is not None:
+            return telemetry
+    if _INVESTIGATE.search(question) or CAUSE.search(question) or model is not None:
         return Intent(kind=IntentKind.INVESTIGATE, **common)
     return None
+
+
+def telemetry_intent(question: str, common: dict[str, Any], versions: list[str]
+                     ) -> Intent | None:
+    """A question that asks for a figure from the telemetry (not why something happened)."""
+    # "p95 by replica" asks for latency: a breakdown does not name the topic.
+    topic = BY_REPLICA.sub(" ", question)
+    kind = next((IntentKind(k) for k, cue in TELEMETRY if cue.search(topic)), None)
+    if kind is None:
+        return None
+    by: str | None = None
+    if BY_REPLICA.search(question):
+        by = "replica"
+    elif BY_VERSION.search(question) and len(versions) != 1:
+        by = "version"  # "per version"; a question naming one version filters on it instead
+    extra: dict[str, Any] = {"by": by, "versions": versions, "percentiles": percentiles(question)}
+    if kind is IntentKind.TRACES:
+        extra["order"] = "failed" if FAILED.search(question) else "slowest"
+    if kind is IntentKind.LOGS:
+        extra["new_only"] = bool(NEW.search(question))
+    if kind is IntentKind.COMPARE:
+        common = {**common, "version": None}  # both versions are in ``versions``
+    return Intent(kind=kind, **common, **extra)
 
 
 def intent_schema(models: list[str]) -> dict[str, Any]:

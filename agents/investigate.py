@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agents.intent import Intent, IntentKind
-from agents.tools import Toolbox, ToolResult
+from agents.questions.model import Report
+from agents.tools import Toolbox, ToolResult, ToolStatus
 
 __all__ = ["EvidenceItem", "Facts", "Findings", "Investigation", "investigate"]
 
@@ -54,6 +55,7 @@ class Findings(BaseModel):
     logs: list[dict[str, Any]] = Field(default_factory=list)
     actions: list[dict[str, Any]] = Field(default_factory=list)
     proposal: ToolResult | None = None
+    report: Report | None = None  # a question about the telemetry: its figures and SQL
 
 
 class Investigation(Findings):
@@ -199,10 +201,37 @@ def _propose(inv: Investigation, box: Toolbox) -> None:
         return
     version = i.version or (inv.facts.version if inv.facts and inv.facts.component == model
                             else None)
+    served = _call(inv, box, "serving", model=model, minutes=max(i.minutes, 60))
+    versions = served.data if served.ok else []
+    refusal = _impossible(i.action, model, version, versions)
+    if refusal is not None:
+        inv.proposal = ToolResult(tool="propose_action", status=ToolStatus.ERROR,
+                                  params={"kind": i.action, "model": model,
+                                          "version": version}, error=refusal)
+        return
+    if version is None and i.action in ("rollback", "promote") and versions:
+        version = versions[-1]["version"]  # the newest: the canary or the latest rollout
     params: dict[str, Any] = {}
     if i.action == "scale":
-        current = 1
+        mine = [v for v in versions if version is None or v["version"] == version]
+        current = max((v["replicas"] for v in mine), default=1)
         params = {"min_replicas": current + 1, "max_replicas": current + 1}
     inv.proposal = _call(inv, box, "propose_action", kind=i.action, model=model,
                          version=version, reason=f"chat-ops request: {i.action} {model}",
                          incident_id=inv.facts.incident_id if inv.facts else None, **params)
+
+
+def _impossible(action: str, model: str, version: str | None,
+                versions: list[dict[str, Any]]) -> str | None:
+    """Why an action cannot do anything on what serves now (None when it can): a rollback
+    or a promotion needs a second version; a version named must be serving."""
+    names = [v["version"] for v in versions]
+    if version is not None and names and version not in names:
+        return (f"{model} {version} served no request in the last hour (serving: "
+                f"{', '.join(names)})")
+    if action in ("rollback", "promote") and len(names) < 2:
+        only = f"only {names[0]} has" if names else "no version has"
+        verb = "roll back" if action == "rollback" else "promote"
+        return (f"cannot {verb} {model}: {only} served it in the last hour, so there is no "
+                f"other version to {'return to' if action == 'rollback' else 'promote over'}")
+    return None

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from aiops.analytics.slo import Objective
 from aiops.errors import AIOpsError
 from aiops.remediation.actions import Action, ActionKind, new_action
 from aiops.store import Store
@@ -85,8 +86,9 @@ class Toolbox:
 
     def __init__(self, store: Store, proposer: Proposer | None = None,
                  limits: Limits | None = None, now: Callable[[], int] = time.time_ns,
-                 actor: str = "agent") -> None:
+                 actor: str = "agent", objectives: Sequence[Objective] = ()) -> None:
         self.store = store
+        self.objectives = tuple(objectives)  # the models' SLOs, for questions about them
         self.actor = actor  # who the ledger names for proposals: "agent:<user>"
         self.proposer = proposer
         self.limits = limits or Limits()
@@ -99,6 +101,7 @@ class Toolbox:
             "metric_lookup": self.metric_lookup,
             "log_lookup": self.log_lookup,
             "trace_lookup": self.trace_lookup,
+            "serving": self.serving,
             "propose_action": self.propose_action,
             "decide_action": self.decide_action,
         }
@@ -298,6 +301,33 @@ class Toolbox:
         for r in rows:
             r["start"] = _iso(r.pop("start_ns"))
             r["attributes"] = _text(r["attributes"])
+        return rows
+
+    def serving(self, model: str, minutes: float = 15) -> Any:
+        """The versions and replicas of a model that answered requests in the last
+        ``minutes``: per version its requests, replicas, first and last request (oldest
+        first)."""
+        params = {"model": model, "minutes": minutes}
+        if not 0 < minutes <= 7 * 24 * 60:
+            return self._fail("serving", params, "minutes must be in (0, 10080]")
+        now = self.now()
+        sql = """
+            SELECT coalesce(attributes->>'aiops.model.version',
+                            resource_attributes->>'service.version') AS version,
+                   count(*) AS requests,
+                   count(DISTINCT coalesce(resource_attributes->>'ray.serve.replica',
+                                           resource_attributes->>'service.instance.id'))
+                       AS replicas,
+                   epoch_ns(min(start_time)) AS first_ns, epoch_ns(max(start_time)) AS last_ns
+            FROM spans
+            WHERE service_name = ? AND epoch_ns(start_time) > ? AND epoch_ns(start_time) <= ?
+            GROUP BY ALL HAVING version IS NOT NULL ORDER BY first_ns"""
+        try:
+            rows = self._rows(sql, [model, now - int(minutes * 60 * NS), now])
+        except AIOpsError as exc:
+            return self._fail("serving", params, str(exc))
+        for r in rows:
+            r["first"], r["last"] = _iso(r.pop("first_ns")), _iso(r.pop("last_ns"))
         return rows
 
     def decide_action(self, action_id: str, approve: bool) -> ToolResult:

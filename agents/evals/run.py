@@ -112,7 +112,8 @@ def run_case(case: Case, llm: LLM | None = None, workdir: Path | None = None) ->
             load_telemetry(case, store)
             replay(case, store)
             now = case.now_ns
-            answer = Agent(Toolbox(store, now=lambda: now), llm).ask(case.question)
+            box = Toolbox(store, now=lambda: now, objectives=case.analyzer_objectives())
+            answer = Agent(box, llm).ask(case.question)
         finally:
             store.close()
     checks = score(case, answer)

@@ -120,7 +120,8 @@ def create_app(settings: Settings, store: Store,
         settings, store,
         lambda action, actor, now_ns: remediator.propose(action, actor, now_ns, tracker),
         lambda action_id, approve, actor, now_ns: remediator.decide_pending(
-            action_id, approve, actor, now_ns, tracker))
+            action_id, approve, actor, now_ns, tracker),
+        objectives=analyzer.config.objectives if analyzer is not None else ())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -1,0 +1,129 @@
+"""How full a model is: queue depth and requests in flight at the ingress, KV-cache use,
+replicas, replica memory (RSS) and CPU run-queue delay from eBPF."""
+
+from __future__ import annotations
+
+import re
+
+from agents.questions.model import Ask
+from agents.questions.spans import REPLICA, where
+
+__all__ = ["saturation"]
+
+METRIC_MODEL = ("coalesce(attributes->>'gen_ai.request.model', attributes->>'model_name', "
+                "CASE WHEN service_name NOT IN ('ingress', 'aiops-ebpf', 'ray') "
+                "THEN service_name END)")
+# name, what it is, how to show a value; gauges: the latest and the highest in the window.
+GAUGES = [
+    ("aiops.serve.queue_depth", "queue depth (requests waiting at the ingress)", "{:g}"),
+    ("aiops.serve.in_flight", "requests in flight", "{:g}"),
+    ("aiops.model.kv_cache.usage", "KV-cache / context use", "{:.0%}"),
+    ("vllm:kv_cache_usage_perc", "vLLM KV-cache use", "{:.0%}"),
+    ("vllm:num_requests_waiting", "vLLM requests waiting", "{:g}"),
+    ("aiops.serve.replicas", "replicas", "{:g}"),
+]
+_GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])|显存|vram", re.I)
+
+
+def saturation(ask: Ask) -> None:
+    i = ask.intent
+    names = [g[0] for g in GAUGES]
+    clause, params = where("time", ask.since, ask.until, (METRIC_MODEL, i.model))
+    # Per series (model, version, labels): its latest value and its highest; then summed over
+    # series of one model and version (replicas report one series each).
+    sql = f"""
+        WITH series AS (
+            SELECT name, {METRIC_MODEL} AS model, attributes->>'aiops.model.version' AS version,
+                   arg_max(value, time) AS latest, max(value) AS highest
+            FROM metric_points
+            {clause}
+              AND name IN ({", ".join(f"'{n}'" for n in names)}) AND value IS NOT NULL
+            GROUP BY name, model, version, attributes)
+        SELECT name, model, version, sum(latest) AS latest, max(highest) AS highest,
+               count(*) AS series
+        FROM series WHERE model IS NOT NULL
+        GROUP BY ALL ORDER BY model, version, name"""
+    rows = ask.rows(sql, params)
+    shown = {g[0]: (g[1], g[2]) for g in GAUGES}
+    ask.say(f"Saturation over {ask.window} (latest, and highest in the window):")
+    for r in rows:
+        what, fmt = shown[r["name"]]
+        where_ = r["model"] + (f"@{r['version']}" if r["version"] else "")
+        ask.say(f"- {where_} {what}: {fmt.format(r['latest'])} now, "
+                f"{fmt.format(r['highest'])} at most")
+    if not any(r["name"] == "aiops.serve.replicas" for r in rows):
+        _replicas_from_spans(ask)
+    _memory(ask)
+    _run_queue(ask)
+    ask.report.rows = rows
+    found = {r["name"] for r in rows}
+    if not found & {"aiops.serve.queue_depth", "vllm:num_requests_waiting"}:
+        ask.gap("no queue-depth metric in the window")
+    if not found & {"aiops.model.kv_cache.usage", "vllm:kv_cache_usage_perc"}:
+        ask.gap("no KV-cache metric in the window (only generative backends report one)")
+    if _GPU.search(ask.question):
+        ask.gap("no GPU metric in the store: the replicas here run on CPU")
+
+
+def _replicas_from_spans(ask: Ask) -> None:
+    i = ask.intent
+    clause, params = where("start_time", ask.since, ask.until, ("service_name", i.model))
+    sql = f"""
+        SELECT service_name AS model, count(DISTINCT {REPLICA}) AS replicas
+        FROM spans
+        {clause}
+          AND service_name <> 'ingress' AND {REPLICA} IS NOT NULL
+        GROUP BY ALL ORDER BY ALL"""
+    for r in ask.rows(sql, params):
+        ask.say(f"- {r['model']}: {r['replicas']} replica(s) answered requests in the window")
+
+
+def _memory(ask: Ask) -> None:
+    i = ask.intent
+    clause, params = where("time", ask.since, ask.until)
+    model = ""
+    if i.model is not None:
+        model = "AND attributes->>'Component' LIKE '%:' || ? || '-%'"
+        params.append(i.model)
+    # Ray's own per-process RSS: the component names the replica's deployment (model-version).
+    sql = f"""
+        SELECT regexp_extract(attributes->>'Component', 'ServeReplica:[^:]+:(.+)$', 1)
+                   AS deployment,
+               attributes->>'pid' AS pid, arg_max(value, time) AS latest_mb,
+               max(value) AS highest_mb, min(value) AS lowest_mb
+        FROM metric_points
+        {clause}
+          AND name = 'ray_component_rss_mb' AND attributes->>'Component' LIKE 'ray::ServeReplica:%'
+          {model}
+        GROUP BY ALL ORDER BY deployment, pid"""
+    rows = ask.rows(sql, params)
+    if not rows:
+        ask.gap("no replica memory (Ray's ray_component_rss_mb) in the window")
+    for r in rows:
+        ask.say(f"- {r['deployment']} pid {r['pid']} memory (RSS): {r['latest_mb']:.0f} MB "
+                f"now, {r['lowest_mb']:.0f}-{r['highest_mb']:.0f} MB in the window")
+
+
+def _run_queue(ask: Ask) -> None:
+    i = ask.intent
+    clause, params = where("time", ask.since, ask.until,
+                           ("attributes->>'gen_ai.request.model'", i.model))
+    # eBPF run-queue delay (delta histograms, seconds): how long the replica's runnable threads
+    # waited for a CPU - its CPU saturation.
+    sql = f"""
+        SELECT attributes->>'gen_ai.request.model' AS model,
+               attributes->>'aiops.model.version' AS version,
+               attributes->>'ray.serve.replica' AS replica,
+               round(sum(sum) / nullif(sum(count), 0) * 1e3, 3) AS mean_ms,
+               sum(count) AS waits
+        FROM metric_points
+        {clause}
+          AND name = 'aiops.ebpf.runq.latency' AND attributes->>'gen_ai.request.model' IS NOT NULL
+        GROUP BY ALL ORDER BY ALL"""
+    rows = ask.rows(sql, params)
+    if not rows:
+        ask.gap("no eBPF run-queue delay for the replicas in the window (the eBPF collector "
+                "runs as root only)")
+    for r in rows:
+        ask.say(f"- {r['model']}@{r['version']} replica {r['replica']} CPU run-queue delay: "
+                f"{r['mean_ms']:g} ms mean over {r['waits']} waits")

@@ -1,0 +1,62 @@
+"""Which spans stand for a model's requests, as SQL the question modules share.
+
+A request's latency as its client saw it is its root span: the ingress SERVER span of the
+embedded stack (the model in ``gen_ai.request.model``, the version in ``aiops.model.version``),
+or the root span an app instrumented by its owner exports (its ``service.name`` and
+``service.version``). Replicas are only known inside the model: its own spans carry
+``ray.serve.replica`` (or ``service.instance.id``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+__all__ = ["FAILED", "HTTP_STATUS", "MODEL", "REPLICA", "VERSION", "column", "label",
+           "percentile_columns", "roots", "where"]
+
+MODEL = ("coalesce(attributes->>'gen_ai.request.model', "
+         "CASE WHEN service_name <> 'ingress' THEN service_name END)")
+VERSION = ("coalesce(attributes->>'aiops.model.version', "
+           "CASE WHEN service_name <> 'ingress' THEN resource_attributes->>'service.version' END)")
+REPLICA = ("coalesce(resource_attributes->>'ray.serve.replica', "
+           "resource_attributes->>'service.instance.id')")
+HTTP_STATUS = "TRY_CAST(attributes->>'http.response.status_code' AS INTEGER)"
+FAILED = f"(status_code = 'error' OR coalesce({HTTP_STATUS}, 0) >= 500)"
+
+
+def where(time_column: str, since: datetime, until: datetime,
+          *filters: tuple[str, Any]) -> tuple[str, list[Any]]:
+    """``WHERE`` over a window plus ``expression = value`` for each filter whose value is
+    set: only the conditions that apply appear in the SQL an answer cites."""
+    conds = [f"{time_column} > ?", f"{time_column} <= ?"]
+    params: list[Any] = [since, until]
+    for expr, value in filters:
+        if value is not None:
+            conds.append(f"{expr} = ?")
+            params.append(value)
+    return "WHERE " + "\n  AND ".join(conds), params
+
+
+def roots(since: datetime, until: datetime, model: str | None, version: str | None
+          ) -> tuple[str, list[Any]]:
+    """``FROM spans WHERE ...``: root spans of requests to a model (every model when None)."""
+    clause, params = where("start_time", since, until, (MODEL, model), (VERSION, version))
+    return (f"FROM spans\n{clause}\n  AND parent_span_id IS NULL AND {MODEL} IS NOT NULL",
+            params)
+
+
+def percentile_columns(percentiles: list[float]) -> str:
+    """``quantile_cont`` columns, in milliseconds, named p50_ms, p99_9_ms, ... (percentiles
+    are parsed numbers in (0, 100), so writing them into the SQL is safe)."""
+    return ", ".join(
+        f"round(quantile_cont(duration_ns, {p / 100:.6g}) / 1e6, 1) AS {column(p)}"
+        for p in percentiles)
+
+
+def column(p: float) -> str:
+    return f"p{p:g}_ms".replace(".", "_")
+
+
+def label(p: float) -> str:
+    return f"p{p:g}"
