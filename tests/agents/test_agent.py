@@ -79,3 +79,40 @@ def test_a_tool_calling_model_drives_the_same_tools(
     offered = {t["function"]["name"] for t in seen[0]["tools"]}
     assert {"list_incidents", "rca_evidence", "run_sql", "propose_action"} <= offered
     assert any(s.tool == "list_incidents" for s in answer.steps)
+
+
+def _policy(mode: str) -> Any:
+    from aiops.remediation.policy import Policy
+
+    return Policy.model_validate({"rules": [
+        {"id": "chat-rollback", "action": "rollback", "target": "*", "mode": mode}]})
+
+
+def test_an_impossible_rollback_is_refused_with_the_reason_and_nothing_is_ledgered(
+        store: Store, tmp_path: Path) -> None:
+    traffic(store, T0 - 120 * NS, 120, 2, 50)  # only v1 serves
+    settings = load_settings(data_dir=tmp_path / "data")
+    remediator = Remediator(store, _policy("auto"),
+                            lambda: LifecycleClient.from_settings(settings))
+    answer = Agent(Toolbox(store, remediator, now=lambda: T0)).ask("roll back echo")
+    assert answer.proposal is not None and not answer.proposal.ok
+    assert "Not done: cannot roll back echo: only v1 has served it" in answer.text
+    assert store.count("actions") == 0 and store.count("ledger") == 0
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    ("off", "Not done: the policy denied roll echo back from v2"),
+    ("dry_run", "Dry run only: roll echo back from v2"),
+    ("approve", "Waiting for approval: roll echo back from v2")])
+def test_a_proposal_says_what_the_policy_did_with_it(
+        store: Store, tmp_path: Path, mode: str, said: str) -> None:
+    slow_canary(store)
+    settings = load_settings(data_dir=tmp_path / "data")
+    remediator = Remediator(store, _policy(mode),
+                            lambda: LifecycleClient.from_settings(settings))
+    answer = Agent(Toolbox(store, remediator, now=lambda: T0)).ask("roll back echo")
+    assert said in answer.text
+    assert "-> ok" not in answer.text
+    if mode == "approve":
+        action_id = answer.proposal.data["action_id"] if answer.proposal else None
+        assert f"'approve {action_id}'" in answer.text

@@ -57,3 +57,40 @@ def test_approving_or_denying_names_the_action() -> None:
     assert (i.kind, i.action_id, i.approve) == (IntentKind.DECIDE_ACTION, "act-0123456789ab",
                                                 True)
     assert _read("deny act-0123456789ab please").approve is False
+
+
+def test_telemetry_questions_name_what_they_ask_for() -> None:
+    i = _read("what is the p99 latency of the chat model over the last 10 minutes?")
+    assert (i.kind, i.model, i.percentiles, i.minutes) == (
+        IntentKind.LATENCY, "smollm2-135m-instruct", [99.0], 10)
+    i = _read("p50 and p95 latency per version for minilm")
+    assert (i.percentiles, i.by) == ([50.0, 95.0], "version")
+    assert _read("minilm-l6-v2 p95 latency by replica").by == "replica"
+    assert _read("p999 of ppocr-v4").percentiles == [99.9]
+    assert _read("show me the slowest trace in the last 5 minutes").order == "slowest"
+    assert _read("which requests to echo failed?").order == "failed"
+    assert _read("any new log templates on echo?").new_only
+    i = _read("compare v1 and v2 of minilm-l6-v2")  # v2 in the model's name is not a version
+    assert (i.kind, i.versions) == (IntentKind.COMPARE, ["v1", "v2"])
+    assert _read("what changed in the last hour?").kind is IntentKind.CHANGES
+    assert _read("is the chat model saturated?").kind is IntentKind.SATURATION
+    assert _read("tokens per second of echo").kind is IntentKind.THROUGHPUT
+    assert _read("how much error budget is left for echo?").kind is IntentKind.SLO
+
+
+def test_chinese_questions_and_windows() -> None:
+    i = _read("聊天模型过去十分钟的P99延迟是多少?")
+    assert (i.kind, i.model, i.percentiles, i.minutes) == (
+        IntentKind.LATENCY, "smollm2-135m-instruct", [99.0], 10)
+    assert _read("最近半小时嵌入模型有哪些错误日志?").minutes == 30
+    assert _read("最近两小时发生了哪些变更?").minutes == 120
+    assert _read("对比聊天模型v1和v2").versions == ["v1", "v2"]
+    assert _read("图像识别模型的错误预算还剩多少?").kind is IntentKind.SLO
+
+
+def test_asking_why_stays_an_investigation_and_asking_about_an_action_is_not_one() -> None:
+    assert _read("why did p99 of smollm2 jump at 10:05?").kind is IntentKind.INVESTIGATE
+    assert _read("聊天模型的延迟为什么变高了?").kind is IntentKind.INVESTIGATE
+    i = _read("回滚聊天模型")
+    assert (i.kind, i.action) == (IntentKind.PROPOSE_ACTION, "rollback")
+    assert _read("为什么回滚了聊天模型?").kind is not IntentKind.PROPOSE_ACTION

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -51,3 +52,53 @@ def test_a_chat_ops_question_is_answered_with_the_served_model(stack: Settings) 
     assert answer["intent"]["model"] == "smollm2-135m-instruct"
     assert answer["narrative"]["source"] in ("llm", "template")
     assert answer["text"]
+
+
+def test_telemetry_questions_are_answered_from_the_running_stack(stack: Settings) -> None:
+    """Five of the question types, through the server's chat-ops endpoint, about traffic
+    just sent to the stack's own models."""
+    for i in range(12):
+        r = httpx.post(f"{stack.serve_url}/v1/embeddings", timeout=60,
+                       json={"model": "minilm-l6-v2", "input": f"sentence number {i}"})
+        assert r.status_code == 200, r.text
+    r = httpx.post(f"{stack.serve_url}/v1/chat/completions", timeout=120, json={
+        "model": "smollm2-135m-instruct", "max_tokens": 16,
+        "messages": [{"role": "user", "content": "Say hello."}]})
+    assert r.status_code == 200, r.text
+    headers = {"authorization": f"Bearer {admin_token(stack)}"}
+
+    def ask(question: str) -> dict[str, object]:
+        r = httpx.post(f"{stack.server_url}/v1/chatops", timeout=120, headers=headers,
+                       json={"question": question})
+        assert r.status_code == 200, r.text
+        answer: dict[str, object] = r.json()
+        return answer
+
+    # The replicas export spans every few seconds: wait until the embeddings have landed.
+    deadline = time.monotonic() + 90
+    while True:
+        latency = ask("what is the p99 latency of the embeddings model over the last 10 "
+                      "minutes?")
+        report = latency["report"]
+        assert isinstance(report, dict)
+        rows = report["rows"]
+        if (rows and rows[0]["requests"] >= 12) or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert rows and rows[0]["model"] == "minilm-l6-v2" and rows[0]["p99_ms"] > 0, report
+    assert "p99" in str(latency["text"]) and "quantile_cont" in str(latency["text"])
+    answers = {
+        "traces": ask("show me the slowest trace in the last 5 minutes"),
+        "throughput": ask("how many tokens per second is the chat model generating?"),
+        "saturation": ask("嵌入模型的队列和副本情况"),
+        "slo": ask("how much error budget is left for the chat model?"),
+        "changes": ask("what changed in the last 10 minutes?"),
+    }
+    for kind, answer in answers.items():
+        assert answer["intent"]["kind"] == kind, answer  # type: ignore[index]
+        report = answer["report"]
+        assert isinstance(report, dict) and report["queries"], answer
+        assert all(q["error"] is None for q in report["queries"]), report
+    assert answers["traces"]["report"]["rows"]  # type: ignore[index]
+    tokens = answers["throughput"]["report"]["rows"]  # type: ignore[index]
+    assert tokens and tokens[0]["output_tokens"] > 0

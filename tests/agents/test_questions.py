@@ -1,0 +1,129 @@
+"""Questions about the telemetry itself: each figure comes from the store, with the SQL it
+came from; a question the store has no data for says so instead of guessing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agents.agent import Agent, Answer
+from agents.tools import Toolbox
+from aiops.analytics.slo import Objective
+from aiops.store import Store
+from tests.aiops.analytics.telemetry import NS, T0, add_logs, add_spans, log, span
+
+
+def _requests(store: Store, start_ns: int, n: int, every_ms: int, duration_ms: float,
+              version: str = "v1", status: int = 200, model: str = "echo") -> list[float]:
+    """``n`` requests as the stack records them: an ingress SERVER span (the root) and the
+    replica's span under it. Returns the ingress durations (ms)."""
+    rows, durations = [], []
+    for i in range(n):
+        t = start_ns + i * every_ms * 1_000_000
+        d = duration_ms + (i % 7) * 3
+        root = span(t, d, model, version, "ingress", status)
+        child = span(t, d - 1, model, version, status=status)
+        child["trace_id"], child["parent_span_id"] = root["trace_id"], root["span_id"]
+        rows += [root, child]
+        durations.append(d)
+    add_spans(store, rows)
+    return durations
+
+
+def _ask(store: Store, question: str, **box: Any) -> Answer:
+    return Agent(Toolbox(store, now=lambda: T0, **box)).ask(question)
+
+
+def test_the_percentile_asked_for_is_the_one_answered_with_its_sql(store: Store) -> None:
+    durations = _requests(store, T0 - 300 * NS, 200, 1000, 40)
+    _requests(store, T0 - 1800 * NS, 50, 1000, 900)  # before the window: not counted
+    a = _ask(store, "what is the p99 latency of echo over the last 10 minutes?")
+    assert (a.intent.kind, a.intent.percentiles, a.intent.minutes) == ("latency", [99.0], 10)
+    assert a.report is not None and len(a.report.rows) == 1
+    row = a.report.rows[0]
+    assert row["requests"] == 200
+    assert row["p99_ms"] == round(float(np.percentile(durations, 99)), 1)
+    assert "p99" in a.text and "p95" not in a.text
+    assert "quantile_cont(duration_ns, 0.99)" in a.text and "```sql" in a.text
+
+
+def test_a_chinese_question_reads_the_same(store: Store) -> None:
+    _requests(store, T0 - 300 * NS, 100, 1000, 40)
+    a = _ask(store, "echo过去十分钟的P99延迟是多少?")
+    assert (a.intent.kind, a.intent.model, a.intent.percentiles, a.intent.minutes) == (
+        "latency", "echo", [99.0], 10)
+    assert a.report is not None and a.report.rows[0]["requests"] == 100
+
+
+def test_versions_side_by_side(store: Store) -> None:
+    _requests(store, T0 - 300 * NS, 100, 1000, 40, "v1")
+    slow = _requests(store, T0 - 100 * NS, 40, 1000, 400, "v2")
+    a = _ask(store, "compare v1 and v2 of echo")
+    assert a.report is not None
+    rows = {r["version"]: r for r in a.report.rows}
+    assert rows["v2"]["p99_ms"] == round(float(np.percentile(slow, 99)), 1)
+    assert "p99 of v2 is" in a.text
+
+
+def test_the_slowest_and_the_failed_traces_by_id(store: Store) -> None:
+    _requests(store, T0 - 300 * NS, 50, 1000, 40)
+    _requests(store, T0 - 60 * NS, 3, 1000, 5000, status=503)
+    slowest = _ask(store, "show me the slowest trace in the last 5 minutes")
+    failed = _ask(store, "which requests to echo failed in the last 5 minutes?")
+    assert slowest.report is not None and failed.report is not None
+    assert slowest.report.rows[0]["duration_ms"] >= 5000
+    assert failed.intent.order == "failed" and failed.report.totals["matching"] == 3
+    assert slowest.report.rows[0]["trace_id"] in slowest.text
+
+
+def test_error_logs_as_templates_and_only_the_new_ones(store: Store) -> None:
+    _requests(store, T0 - 300 * NS, 10, 1000, 40)
+    add_logs(store, [log(T0 - 3000 * NS + i * NS, f"timeout after {i} ms", 17)
+                     for i in range(20)])  # an hour ago: old
+    add_logs(store, [log(T0 - 200 * NS + i * NS, f"timeout after {i} ms", 17)
+                     for i in range(5)] +
+             [log(T0 - 100 * NS + i * NS, f"CUDA error {i} on device", 17) for i in range(3)])
+    top = _ask(store, "top error logs of echo in the last 5 minutes")
+    new = _ask(store, "any new log templates on echo in the last 5 minutes?")
+    assert top.report is not None and top.report.totals["records"] == 8
+    assert new.report is not None and new.intent.new_only
+    assert [r["template"] for r in new.report.rows] == ["CUDA error <*> on device"]
+
+
+def test_what_changed_names_the_canary(store: Store) -> None:
+    _requests(store, T0 - 1800 * NS, 1800, 1000, 40, "v1")
+    _requests(store, T0 - 120 * NS, 100, 1000, 40, "v2")
+    a = _ask(store, "what changed in the last 10 minutes?")
+    assert a.report is not None
+    assert [r["change"].split()[0] for r in a.report.rows
+            if "started serving" in r["change"]] == ["echo@v2"]
+
+
+def test_error_budget_left_from_the_declared_slo(store: Store) -> None:
+    _requests(store, T0 - 300 * NS, 95, 1000, 40)
+    _requests(store, T0 - 200 * NS, 5, 1000, 40, status=500)
+    a = _ask(store, "how much error budget is left for echo?",
+             objectives=[Objective("echo", 1000, 0.05, 0.10)])
+    assert a.report is not None
+    errors = next(r for r in a.report.rows if "failing" in r["objective"])
+    # 5 of 100 failed against a 10% budget: half of it is left.
+    assert (errors["bad"], errors["requests"], errors["budget_left"]) == (5, 100, 0.5)
+
+
+def test_what_the_store_cannot_answer_is_said_not_guessed(store: Store) -> None:
+    _requests(store, T0 - 300 * NS, 10, 1000, 40)
+    a = _ask(store, "is echo saturated? what about its GPU?")
+    assert a.report is not None
+    assert any("GPU" in g for g in a.report.gaps)
+    assert any("KV-cache" in g for g in a.report.gaps)
+    empty = _ask(store, "p95 latency of echo v7")
+    assert empty.report is not None and empty.report.rows == []
+    assert any("no requests to echo v7" in g for g in empty.report.gaps)
+    assert "p95" not in " ".join(empty.report.lines)
+
+
+def test_a_question_about_why_is_still_an_investigation(store: Store) -> None:
+    _requests(store, T0 - 300 * NS, 10, 1000, 40)
+    a = _ask(store, "why did the p99 of echo jump?")
+    assert a.intent.kind == "investigate" and a.report is None
