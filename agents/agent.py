@@ -86,7 +86,8 @@ class Agent:
         rows = self.box.store.query(
             "SELECT DISTINCT service_name FROM spans WHERE service_name <> 'ingress' "
             "UNION SELECT DISTINCT service FROM incidents_current ORDER BY 1", [], 200).rows
-        return [r[0] for r in rows if r[0]]
+        seen = [r[0] for r in rows if r[0]]
+        return sorted({*seen, *self.box.models, *(o.model for o in self.box.objectives)})
 
     def known_versions(self) -> list[str]:
         rows = self.box.store.query(

@@ -114,10 +114,12 @@ class AgentService:
 
     def __init__(self, settings: Settings, store: Store,
                  propose: Callable[[Action, str, int], dict[str, Any]] | None = None,
-                 decide: Decide | None = None, objectives: Sequence[Objective] = ()) -> None:
+                 decide: Decide | None = None, objectives: Sequence[Objective] = (),
+                 models: Sequence[str] = ()) -> None:
         self.settings = settings
         self.store = store
         self.objectives = tuple(objectives)
+        self.models = tuple(models)  # declared in the specs: known before any traffic
         self.proposer: Proposer | None = _Acting(propose, decide) if propose else None
         self._slots = threading.BoundedSemaphore(settings.agent_max_concurrent)
         self._llm: LLM | None = None
@@ -143,7 +145,7 @@ class AgentService:
             proposer = _AsRole(self.proposer, role, actor) if self.proposer else None
             box = Toolbox(self.store, proposer,
                           Limits(sql_rows=s.agent_sql_rows, sql_timeout_s=s.agent_sql_timeout_s),
-                          actor=actor, objectives=self.objectives)
+                          actor=actor, objectives=self.objectives, models=self.models)
             return Agent(box, self.llm, s.agent_mode).ask(question)
         finally:
             self._slots.release()

@@ -86,9 +86,11 @@ class Toolbox:
 
     def __init__(self, store: Store, proposer: Proposer | None = None,
                  limits: Limits | None = None, now: Callable[[], int] = time.time_ns,
-                 actor: str = "agent", objectives: Sequence[Objective] = ()) -> None:
+                 actor: str = "agent", objectives: Sequence[Objective] = (),
+                 models: Sequence[str] = ()) -> None:
         self.store = store
         self.objectives = tuple(objectives)  # the models' SLOs, for questions about them
+        self.models = tuple(models)  # models declared (specs) beside those the store has seen
         self.actor = actor  # who the ledger names for proposals: "agent:<user>"
         self.proposer = proposer
         self.limits = limits or Limits()

@@ -25,7 +25,7 @@ from aiops.analytics.traces import TraceThresholds, trace_findings
 from aiops.errors import AIOpsError
 from aiops.store import Store
 
-__all__ = ["Analyzer", "AnalyzerConfig", "objectives_from_specs"]
+__all__ = ["Analyzer", "AnalyzerConfig", "models_from_specs", "objectives_from_specs"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,13 @@ class AnalyzerConfig:
     # Mesh metrics' source -> destination calls: re-read this often, over this much history.
     mesh_every_s: float = 60.0
     mesh_history_s: float = 900.0
+
+
+def models_from_specs(models_file: Path | None) -> tuple[str, ...]:
+    """The model names the specs declare (what the agent knows before any traffic)."""
+    from serve.specs import DEFAULT_SPECS_FILE, load_specs
+
+    return tuple(dict.fromkeys(s.name for s in load_specs(models_file or DEFAULT_SPECS_FILE)))
 
 
 def objectives_from_specs(models_file: Path | None) -> tuple[Objective, ...]:

@@ -33,7 +33,12 @@ from pydantic import BaseModel, Field, field_validator
 
 from agents.chatops import AgentService
 from agents.chatops import make_router as chatops_router
-from aiops.analytics.engine import Analyzer, AnalyzerConfig, objectives_from_specs
+from aiops.analytics.engine import (
+    Analyzer,
+    AnalyzerConfig,
+    models_from_specs,
+    objectives_from_specs,
+)
 from aiops.analytics.incidents import IncidentTracker
 from aiops.analytics.slo import parse_windows
 from aiops.analytics.topology import load_service_map
@@ -121,7 +126,8 @@ def create_app(settings: Settings, store: Store,
         lambda action, actor, now_ns: remediator.propose(action, actor, now_ns, tracker),
         lambda action_id, approve, actor, now_ns: remediator.decide_pending(
             action_id, approve, actor, now_ns, tracker),
-        objectives=analyzer.config.objectives if analyzer is not None else ())
+        objectives=analyzer.config.objectives if analyzer is not None else (),
+        models=models_from_specs(settings.models_file) if settings.analytics else ())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -97,8 +97,12 @@ def test_telemetry_questions_are_answered_from_the_running_stack(stack: Settings
     for kind, answer in answers.items():
         assert answer["intent"]["kind"] == kind, answer  # type: ignore[index]
         report = answer["report"]
-        assert isinstance(report, dict) and report["queries"], answer
-        assert all(q["error"] is None for q in report["queries"]), report
+        assert isinstance(report, dict), answer
+        if kind == "slo":
+            # The test stack's specs declare no SLO: the answer says so instead of a figure.
+            assert report["rows"] == [] and any("declares no SLO" in g for g in report["gaps"])
+            continue
+        assert report["queries"] and all(q["error"] is None for q in report["queries"]), report
     assert answers["traces"]["report"]["rows"]  # type: ignore[index]
     tokens = answers["throughput"]["report"]["rows"]  # type: ignore[index]
     assert tokens and tokens[0]["output_tokens"] > 0
