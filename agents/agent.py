@@ -63,14 +63,21 @@ class Answer(Findings):
     text: str = ""  # the whole answer as Markdown (Slack, JSON clients)
 
 
+PRIORITY_HEADER = "x-aiops-priority"  # serve.ingress reads it
+
+
 def make_llm(url: str, model: str, api_key: str = "none", timeout_s: float = 60.0,
-             function_calling: bool = False) -> LLM:
-    """An OpenAI-compatible chat model through llama-index (the Serve endpoint, vLLM, ...)."""
+             function_calling: bool = False, priority: str = "batch") -> LLM:
+    """An OpenAI-compatible chat model through llama-index (the Serve endpoint, vLLM, ...).
+    ``priority``: the class its requests ask for at the aiops ingress (``batch``: they wait
+    behind every user request waiting for the same model); other endpoints ignore it."""
     from llama_index.llms.openai_like import OpenAILike
 
+    headers = {PRIORITY_HEADER: priority} if priority else None
     llm: LLM = OpenAILike(model=model, api_base=url, api_key=api_key or "none",
                           is_chat_model=True, is_function_calling_model=function_calling,
-                          context_window=2048, timeout=timeout_s, max_retries=1)
+                          context_window=2048, timeout=timeout_s, max_retries=1,
+                          default_headers=headers)
     return llm
 
 

@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field
 from slack_sdk.signature import SignatureVerifier
 
 from agents.agent import Agent, Answer, make_llm
+from agents.memory import LazyMemory
 from agents.tools import Limits, Proposer, Toolbox
 from aiops.analytics.slo import Objective
 from aiops.auth import Role
@@ -115,8 +116,9 @@ class AgentService:
     def __init__(self, settings: Settings, store: Store,
                  propose: Callable[[Action, str, int], dict[str, Any]] | None = None,
                  decide: Decide | None = None, objectives: Sequence[Objective] = (),
-                 models: Sequence[str] = ()) -> None:
+                 models: Sequence[str] = (), memory: LazyMemory | None = None) -> None:
         self.settings = settings
+        self.memory = memory
         self.store = store
         self.objectives = tuple(objectives)
         self.models = tuple(models)  # declared in the specs: known before any traffic
@@ -132,7 +134,8 @@ class AgentService:
             key = s.agent_llm_api_key or next(
                 (k.strip() for k in s.api_keys.split(",") if k.strip()), "none")
             self._llm = make_llm(s.agent_llm_base, s.agent_llm_model, key, s.agent_timeout_s,
-                                 function_calling=s.agent_mode == "tools")
+                                 function_calling=s.agent_mode == "tools",
+                                 priority=s.agent_llm_priority)
         return self._llm
 
     def ask(self, question: str, actor: str, role: Role | None) -> Answer:
@@ -145,7 +148,8 @@ class AgentService:
             proposer = _AsRole(self.proposer, role, actor) if self.proposer else None
             box = Toolbox(self.store, proposer,
                           Limits(sql_rows=s.agent_sql_rows, sql_timeout_s=s.agent_sql_timeout_s),
-                          actor=actor, objectives=self.objectives, models=self.models)
+                          actor=actor, objectives=self.objectives, models=self.models,
+                          memory=self.memory)
             return Agent(box, self.llm, s.agent_mode).ask(question)
         finally:
             self._slots.release()

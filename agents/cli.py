@@ -128,7 +128,8 @@ def evaluate(
     name = model or settings.agent_llm_model
     key = settings.agent_llm_api_key or next(
         (k.strip() for k in settings.api_keys.split(",") if k.strip()), "none")
-    client = make_llm(base, name, key, settings.agent_timeout_s) if base else None
+    client = make_llm(base, name, key, settings.agent_timeout_s,
+                      priority=settings.agent_llm_priority) if base else None
 
     def progress(r: CaseResult) -> None:
         mark = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"

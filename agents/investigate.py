@@ -158,6 +158,10 @@ def _incident(inv: Investigation, box: Toolbox, incident_id: str) -> None:
     for a in inv.actions:
         inv.add("action", a["action_id"], f"{a['kind']} {a['target']}: {a['status']} "
                 f"(policy mode {a['mode']})")
+    if box.memory is not None:
+        seen = _call(inv, box, "similar_incidents", incident_id=incident_id)
+        for r in (seen.data if seen.ok else [])[:2]:
+            inv.add("memory", r["incident_id"], r["seen_before"])
 
 
 def _cause_evidence(inv: Investigation, box: Toolbox, evidence: list[dict[str, Any]]) -> None:

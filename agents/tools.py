@@ -14,9 +14,9 @@ import json
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -24,6 +24,9 @@ from aiops.analytics.slo import Objective
 from aiops.errors import AIOpsError
 from aiops.remediation.actions import Action, ActionKind, new_action
 from aiops.store import Store
+
+if TYPE_CHECKING:
+    from agents.memory import LazyMemory
 
 __all__ = ["PROPOSABLE", "Proposer", "ToolResult", "ToolStatus", "Toolbox"]
 
@@ -87,8 +90,9 @@ class Toolbox:
     def __init__(self, store: Store, proposer: Proposer | None = None,
                  limits: Limits | None = None, now: Callable[[], int] = time.time_ns,
                  actor: str = "agent", objectives: Sequence[Objective] = (),
-                 models: Sequence[str] = ()) -> None:
+                 models: Sequence[str] = (), memory: LazyMemory | None = None) -> None:
         self.store = store
+        self.memory = memory  # past incidents by similarity (agents.memory)
         self.objectives = tuple(objectives)  # the models' SLOs, for questions about them
         self.models = tuple(models)  # models declared (specs) beside those the store has seen
         self.actor = actor  # who the ledger names for proposals: "agent:<user>"
@@ -104,6 +108,7 @@ class Toolbox:
             "log_lookup": self.log_lookup,
             "trace_lookup": self.trace_lookup,
             "serving": self.serving,
+            "similar_incidents": self.similar_incidents,
             "propose_action": self.propose_action,
             "decide_action": self.decide_action,
         }
@@ -331,6 +336,21 @@ class Toolbox:
         for r in rows:
             r["first"], r["last"] = _iso(r.pop("first_ns")), _iso(r.pop("last_ns"))
         return rows
+
+    def similar_incidents(self, incident_id: str) -> Any:
+        """Resolved incidents like this one (same fault class, most similar first), each with
+        what fixed it and whether the fix was verified."""
+        params = {"incident_id": incident_id}
+        if not _ID.match(incident_id):
+            return self._fail("similar_incidents", params, "not an incident id")
+        memory = self.memory.get() if self.memory is not None else None
+        if memory is None:
+            return self._fail("similar_incidents", params, "no incident memory here")
+        try:
+            found = memory.similar(self.store, incident_id)
+        except AIOpsError as exc:
+            return self._fail("similar_incidents", params, str(exc))
+        return [{**asdict(r), "seen_before": r.line()} for r in found]
 
     def decide_action(self, action_id: str, approve: bool) -> ToolResult:
         """Approve or deny a pending action (one the policy left for a person)."""

@@ -228,12 +228,18 @@ class Settings(BaseSettings):
     agent_llm_url: str = Field(
         "", description="OpenAI-compatible base URL of the agent's LLM. Empty: the stack's own "
         "Serve endpoint (`<serve_url>/v1`); `none`: no LLM (template narratives).")
-    agent_llm_model: str = Field("smollm2-135m-instruct", description="Model name sent to "
-                                 "the agent's LLM endpoint.")
+    agent_llm_model: str = Field("aiops-agent", description="Model name sent to the agent's "
+                                 "LLM endpoint. The default stack serves `aiops-agent` (the "
+                                 "chat model's weights on a replica of its own, so agent calls "
+                                 "never queue user requests); a stack without it can name "
+                                 "its chat model here.")
     agent_llm_api_key: str = Field(
         "", description="API key for the agent's LLM endpoint. Empty: the first of "
         "`AIOPS_API_KEYS` (the stack's own), else none.")
     agent_timeout_s: float = Field(60.0, gt=0, description="Longest wait for one LLM call.")
+    agent_llm_priority: Literal["batch", "realtime", ""] = Field(
+        "batch", description="Priority class the agent's LLM calls ask for at the Serve ingress "
+        "(x-aiops-priority): batch waits behind every waiting user request; empty sends none.")
     agent_max_concurrent: int = Field(
         2, ge=1, description="Questions answered at once; more get HTTP 429 (Retry-After).")
     agent_sql_rows: int = Field(200, ge=1, description="Most rows an agent SQL lookup returns.")

@@ -34,6 +34,7 @@ from serve.backends.base import (
     VisionBackend,
     get_backend,
 )
+from serve.cpu import use_idle_cpu
 from serve.faults import FaultInjector
 from serve.gates import Trust, sample_image
 from serve.hardware import fingerprint
@@ -96,6 +97,9 @@ class ModelReplica:
         self.cache_gauge = meter.create_gauge(
             "aiops.model.kv_cache.usage", unit="1",
             description="Share of the backend's KV cache / context in use after a request")
+        if spec.resources.cpu_class == "idle":
+            # Before the backend starts its threads, so they inherit the class too.
+            use_idle_cpu()
         self.backend = get_backend(spec.backend)(spec)
         self.backend.start()
         if isinstance(self.backend, ReportsEngineMetrics):

@@ -14,7 +14,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 import yaml
@@ -142,6 +142,9 @@ class Resources(_Strict):
     num_cpus: float = Field(1.0, gt=0, description="Ray CPUs per replica (fractions allowed).")
     memory_mb: int | None = Field(None, gt=0, description="Ray memory reservation per replica.")
     num_gpus: float = Field(0.0, ge=0)
+    cpu_class: Literal["normal", "idle"] = Field(
+        "normal", description="idle: the replica's threads run in Linux's SCHED_IDLE class, "
+        "only on CPU time normal threads leave (for work that must not slow served traffic).")
 
 
 class SLO(_Strict):

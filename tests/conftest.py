@@ -77,6 +77,8 @@ def running_stack(data_dir: Path, models_file: Path, **overrides: Any) -> Iterat
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """One real stack for the whole session: aiops server + local Ray + Serve with the
     models of tests/models-test.yaml."""
+    # The test stack is the small one: no `aiops-agent` replica, the agent uses the chat model.
     with running_stack(tmp_path_factory.mktemp("stack"), TEST_MODELS,
-                       scrape_interval_s=2, ebpf_interval_s=1) as s:
+                       scrape_interval_s=2, ebpf_interval_s=1,
+                       agent_llm_model="smollm2-135m-instruct") as s:
         yield s

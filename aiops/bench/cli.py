@@ -117,6 +117,54 @@ def bench_mttr(runs: Annotated[int, typer.Option(help="Fault/recovery cycles.")]
     console.print(t)
 
 
+@bench_app.command("chatops")
+def bench_chatops(
+    phase_s: Annotated[float, typer.Option(help="Seconds per phase.")] = 30.0,
+    rounds: Annotated[int, typer.Option(help="Rounds of the three phases, pooled.")] = 3,
+) -> None:
+    """Users' chat latency with no agent calls, with the agent on their model, and with the
+    agent on its own replica (aiops-agent)."""
+    from aiops.bench.chatops import run_chatops
+
+    try:
+        r = run_chatops(phase_s, rounds)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    t = Table("agent narratives", "users p50 ms", "users p95 ms", "user requests",
+              "narratives", "s per narrative",
+              title=f"chatops: 2 users' chat requests, {r.rounds} rounds of "
+                    f"{r.phase_s:.0f} s per phase")
+    for p in r.phases:
+        t.add_row(p.name, f"{p.p50_ms:.0f}", f"{p.p95_ms:.0f}",
+                  f"{len(p.user_ms)} (+{p.user_errors} failed)", str(p.narratives),
+                  f"{p.narrative_mean_s:.1f}" if p.narratives else "-")
+    console.print(t)
+    base = r.phases[0].p95_ms
+    console.print("users' p95 vs no agent calls: " + ", ".join(
+        f"{p.name} {p.p95_ms / base:.2f}x" for p in r.phases[1:]))
+
+
+@bench_app.command("memory")
+def bench_memory() -> None:
+    """Incident memory, leave one out over the agent's incident fixtures: how often a
+    fixture's nearest remembered incident (same fault class) is the same kind of failure."""
+    from agents.evals.cases import load_cases
+    from agents.evals.memory import run_memory_eval
+    from agents.memory import MIN_SCORE
+
+    r = run_memory_eval(load_cases())
+    n = len(r.items)
+    t = Table("figure", "value", title=f"memory: {n} fixture incidents, each recalled with "
+                                       "itself left out")
+    t.add_row(f"a past incident above the similarity floor ({MIN_SCORE})",
+              f"{r.recalled:.1%}")
+    t.add_row("nearest has the same fault class",
+              f"{r.rate(lambda a, b: a.fault_class == b.fault_class):.1%}")
+    t.add_row("nearest is the same scenario family",
+              f"{r.rate(lambda a, b: a.family == b.family):.1%}")
+    console.print(t)
+
+
 @bench_app.command("durability")
 def bench_durability(
     rounds: Annotated[int, typer.Option(help="Ingest rounds, each ended by SIGKILL.")] = 5,
@@ -246,6 +294,7 @@ def bench_all() -> None:
     else:
         bench_ebpf()
     bench_mttr()
+    bench_chatops()
     bench_durability()
     if (DATASETS / "nezha").is_dir():
         bench_rca()

@@ -100,10 +100,14 @@ class _Tracked:
 
 class Remediator:
     def __init__(self, store: Store, policy: Policy,
-                 control: Callable[[], AbstractContextManager[ControlPlane]]) -> None:
+                 control: Callable[[], AbstractContextManager[ControlPlane]],
+                 recall: Callable[[str], str | None] | None = None) -> None:
         self.store = store
         self.policy = policy
         self.control = control
+        # A past incident like this one ("seen before: inc-..., fixed by rollback,
+        # verified"), for the plan's reason; the server passes the incident memory's.
+        self.recall = recall
         self.actions: dict[str, _Tracked] = {}
         # (incident, cause, fault class) already acted on: one action per verdict, so a
         # repeat does not fight the first, but an incident whose cause changes is replanned.
@@ -166,6 +170,9 @@ class Remediator:
         action = plan(inc, status, now_ns)
         if action is None:
             return
+        seen = self.recall(inc.incident_id) if self.recall is not None else None
+        if seen:
+            action.reason = f"{action.reason}; {seen}"
         self._planned.add(_verdict(inc))
         self._submit(action, "planner", tracker, now_ns)
 

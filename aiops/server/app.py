@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from agents.chatops import AgentService
 from agents.chatops import make_router as chatops_router
+from agents.memory import LazyMemory
 from aiops.analytics.engine import (
     Analyzer,
     AnalyzerConfig,
@@ -116,8 +117,11 @@ def create_app(settings: Settings, store: Store,
                             lambda extra: scraper.set_targets([*targets, *extra]),
                             lambda graph: analyzer.set_calls(declared | graph)
                             if analyzer is not None else None)
+    # Resolved incidents, embedded: "seen before" in answers and in the planner's reasons.
+    memory = LazyMemory(settings.data_dir / "memory.duckdb")
     remediator = Remediator(store, load_policy(settings.policy_file), lambda: Planes(
-        [lambda: LifecycleClient.from_settings(settings), *attachment.planes()]))
+        [lambda: LifecycleClient.from_settings(settings), *attachment.planes()]),
+        recall=lambda incident_id: memory.seen_before(store, incident_id))
     analyzer = _analyzer(settings, store, remediator) if settings.analytics else None
 
     tracker = analyzer.tracker if analyzer is not None else None
@@ -127,7 +131,8 @@ def create_app(settings: Settings, store: Store,
         lambda action_id, approve, actor, now_ns: remediator.decide_pending(
             action_id, approve, actor, now_ns, tracker),
         objectives=analyzer.config.objectives if analyzer is not None else (),
-        models=models_from_specs(settings.models_file) if settings.analytics else ())
+        models=models_from_specs(settings.models_file) if settings.analytics else (),
+        memory=memory)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -145,6 +150,7 @@ def create_app(settings: Settings, store: Store,
             retention.close()
         attachment.close()
         scraper.close()
+        memory.close()
         writer.close()  # commit what is queued before the store closes
 
     # The API description is served like any other read route (viewer), not by FastAPI's

@@ -27,7 +27,7 @@ def scripted_app(seen: list[dict[str, Any]]) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> dict[str, Any]:
         body = await request.json()
-        seen.append(body)
+        seen.append({**body, "x-aiops-priority": request.headers.get("x-aiops-priority")})
         tool_messages = [m for m in body["messages"] if m["role"] == "tool"]
         if not tool_messages:
             return _reply({"role": "assistant", "content": None, "tool_calls": [{

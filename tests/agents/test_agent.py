@@ -79,6 +79,8 @@ def test_a_tool_calling_model_drives_the_same_tools(
     offered = {t["function"]["name"] for t in seen[0]["tools"]}
     assert {"list_incidents", "rca_evidence", "run_sql", "propose_action"} <= offered
     assert any(s.tool == "list_incidents" for s in answer.steps)
+    # The agent's calls ask for the batch class: at the ingress they wait behind users.
+    assert {s["x-aiops-priority"] for s in seen} == {"batch"}
 
 
 def _policy(mode: str) -> Any:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aiops.config import Settings
 from serve.specs import DEFAULT_SPECS_FILE, ModelType, Priority, SpecError, load_specs
 
 
@@ -33,6 +34,16 @@ def test_the_default_stack_serves_chat_vision_and_embeddings() -> None:
             assert s.artifact.resolve().exists()
     # It fits on 2 cores with room for the ingress.
     assert sum(s.resources.num_cpus * s.autoscaling.min_replicas for s in specs) <= 1.5
+
+
+def test_the_agent_has_a_replica_of_its_own() -> None:
+    """Chat-ops narratives never queue a user's chat request: the agent's LLM is the chat
+    model's weights on a deployment of its own, in the batch class, with no SLO to burn."""
+    specs = {s.name: s for s in load_specs(DEFAULT_SPECS_FILE)}
+    agent, chat = specs[Settings().agent_llm_model], specs["smollm2-135m-instruct"]
+    assert agent.name == "aiops-agent" and agent.artifact == chat.artifact
+    assert agent.qos.priority is Priority.BATCH and agent.qos.slo.p95_ms is None
+    assert agent.autoscaling.max_replicas == 1 and agent.resources.cpu_class == "idle"
 
 
 def test_defaults_fill_in_qos_resources_and_autoscaling(tmp_path: Path) -> None:

@@ -1,0 +1,31 @@
+"""A replica in the idle CPU class: every thread it has, and every thread it starts after,
+runs in SCHED_IDLE (checked in a child process, so the test runner keeps its own class)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+CHILD = """
+import os, threading
+from serve.cpu import use_idle_cpu
+threading.Thread(target=lambda: threading.Event().wait(5), daemon=True).start()  # before
+moved = use_idle_cpu()
+later = []
+t = threading.Thread(target=lambda: later.append(os.sched_getscheduler(0)))  # after
+t.start(); t.join()
+tids = [int(t) for t in os.listdir("/proc/self/task")]
+print(moved, all(os.sched_getscheduler(t) == os.SCHED_IDLE for t in tids),
+      later == [os.SCHED_IDLE])
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux only")
+def test_every_thread_before_and_after_runs_in_the_idle_class() -> None:
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    moved, all_idle, inherited = int(out[0]), out[1], out[2]
+    assert moved >= 2 and all_idle == "True" and inherited == "True"
