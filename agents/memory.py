@@ -2,6 +2,9 @@
 embedded with the project's embedding model and retrieved with llama-index, so an answer or a
 remediation plan can say "seen before: inc-..., fixed by rollback, verified".
 
+This module is what the server and the tools import (no llama-index at import time: it is
+slow to load); the index itself is ``agents.memory_index``:
+
 - Embeddings: all-MiniLM-L6-v2 (int8 ONNX, shipped in a PyPI package), run in-process through
   the serving backend the stack uses for ``minilm-l6-v2``, behind llama-index's
   ``BaseEmbedding``.
@@ -16,132 +19,21 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import duckdb
-from llama_index.core import VectorStoreIndex
-from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import BaseNode, TextNode
-from llama_index.core.vector_stores.types import (
-    BasePydanticVectorStore,
-    FilterOperator,
-    MetadataFilter,
-    MetadataFilters,
-    VectorStoreQuery,
-    VectorStoreQueryResult,
-)
-from pydantic import PrivateAttr
+from typing import TYPE_CHECKING, Any
 
 from aiops.store import Store
 
-__all__ = ["DuckDBVectorStore", "IncidentMemory", "LazyMemory", "MiniLMEmbedding", "Recalled"]
+if TYPE_CHECKING:
+    from agents.memory_index import IncidentMemory
+
+__all__ = ["MIN_SCORE", "LazyMemory", "Recalled", "describe"]
 
 log = logging.getLogger(__name__)
 
-DIM = 384  # all-MiniLM-L6-v2
 MIN_SCORE = 0.5  # cosine similarity below which a past incident is not "the same pattern"
-BATCH = 200  # incidents indexed per remember()
-
-
-class MiniLMEmbedding(BaseEmbedding):
-    """llama-index embeddings from the stack's own embedding model, in-process."""
-
-    _backend: Any = PrivateAttr()
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(model_name="minilm-l6-v2", embed_batch_size=32, **kwargs)
-        from serve.backends.onnx_embedding import OnnxEmbeddingBackend
-        from serve.specs import DEFAULT_SPECS_FILE, load_specs
-
-        spec = next(s for s in load_specs(DEFAULT_SPECS_FILE) if s.name == "minilm-l6-v2")
-        self._backend = OnnxEmbeddingBackend(spec)
-        self._backend.start()
-
-    def _embed(self, texts: list[str]) -> list[list[float]]:
-        with self._lock:
-            return [list(v) for v in self._backend.embed(texts).vectors]
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return self._embed([query])[0]
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._embed([text])[0]
-
-    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        return self._embed(texts)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._get_query_embedding(query)
-
-
-class DuckDBVectorStore(BasePydanticVectorStore):
-    """A llama-index vector store in a DuckDB file (``None``: in memory)."""
-
-    stores_text: bool = True
-    path: str | None = None
-    _conn: Any = PrivateAttr()
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-
-    def __init__(self, path: Path | None = None) -> None:
-        super().__init__(stores_text=True, path=str(path) if path is not None else None)
-        self._conn = duckdb.connect(self.path or ":memory:")
-        self._conn.execute(f"""CREATE TABLE IF NOT EXISTS memory (
-            node_id VARCHAR PRIMARY KEY, ref_doc_id VARCHAR, text VARCHAR,
-            metadata VARCHAR, embedding FLOAT[{DIM}])""")
-
-    @property
-    def client(self) -> Any:
-        return self._conn
-
-    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
-        rows = [(n.node_id, n.ref_doc_id, n.get_content(), json.dumps(n.metadata),
-                 n.get_embedding()) for n in nodes]
-        with self._lock:
-            self._conn.executemany(
-                "INSERT OR REPLACE INTO memory VALUES (?, ?, ?, ?, ?)", rows)
-        return [r[0] for r in rows]
-
-    def delete(self, ref_doc_id: str, **kwargs: Any) -> None:
-        with self._lock:
-            self._conn.execute("DELETE FROM memory WHERE ref_doc_id = ?", [ref_doc_id])
-
-    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        if query.query_embedding is None:
-            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-        exclude = list(kwargs.get("exclude_ids") or [])
-        where = ["NOT list_contains(?::VARCHAR[], node_id)"]
-        params: list[Any] = [exclude]
-        for f in (query.filters.filters if query.filters else []):
-            # Equality on a metadata key: all this memory's recall needs.
-            if not isinstance(f, MetadataFilter) or f.operator != FilterOperator.EQ \
-                    or not re.fullmatch(r"[a-z_]{1,32}", f.key):
-                raise ValueError(f"unsupported filter {f!r}: equality on a metadata key only")
-            where.append(f"json_extract_string(metadata, '$.{f.key}') = ?")
-            params.append(str(f.value))
-        with self._lock:
-            rows = self._conn.execute(f"""
-                SELECT node_id, text, metadata,
-                       array_cosine_similarity(embedding, ?::FLOAT[{DIM}]) AS score
-                FROM memory WHERE {" AND ".join(where)}
-                ORDER BY score DESC, node_id LIMIT ?""",
-                [query.query_embedding, *params, query.similarity_top_k]).fetchall()
-        nodes = [TextNode(id_=r[0], text=r[1], metadata=json.loads(r[2])) for r in rows]
-        return VectorStoreQueryResult(nodes=nodes, similarities=[float(r[3]) for r in rows],
-                                      ids=[r[0] for r in rows])
-
-    def known(self) -> set[str]:
-        with self._lock:
-            return {r[0] for r in self._conn.execute("SELECT node_id FROM memory").fetchall()}
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
 
 @dataclass(frozen=True)
@@ -162,16 +54,16 @@ class Recalled:
                 f"{done} (similarity {self.score:.2f})")
 
 
-_RESOLVED = """
+RESOLVED_SQL = """
     SELECT i.incident_id, i.service, i.model_version, i.replica, i.fault_class, i.summary,
            i.evidence, strftime(i.closed_at, '%Y-%m-%dT%H:%M:%SZ') AS closed
     FROM incidents_current i
     WHERE i.status = 'resolved'
     ORDER BY i.closed_at"""
-_ONE = """
+INCIDENT_SQL = """
     SELECT incident_id, service, model_version, replica, fault_class, summary, evidence
     FROM incidents_current WHERE incident_id = ?"""
-_ACTIONS = """
+ACTIONS_SQL = """
     SELECT incident_id, kind, status FROM actions_current
     WHERE incident_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY created_at"""
 
@@ -193,77 +85,6 @@ def describe(row: dict[str, Any]) -> str:
     return ". ".join(p for p in parts if p)
 
 
-class IncidentMemory:
-    """Past incidents by similarity, over one vector file; safe to share between threads."""
-
-    def __init__(self, path: Path | None = None, embed_model: BaseEmbedding | None = None,
-                 min_score: float = MIN_SCORE) -> None:
-        self.vectors = DuckDBVectorStore(path)
-        self.embed_model = embed_model or MiniLMEmbedding()
-        self.index = VectorStoreIndex.from_vector_store(self.vectors,
-                                                        embed_model=self.embed_model)
-        self.min_score = min_score
-        self._lock = threading.Lock()
-
-    def remember(self, store: Store) -> int:
-        """Index every resolved incident of ``store`` not indexed yet; returns how many."""
-        with self._lock:
-            known = self.vectors.known()
-            rows = store.query(_RESOLVED, [], 10_000)
-            new = [dict(zip(rows.columns, r, strict=True)) for r in rows.rows]
-            new = [r for r in new if r["incident_id"] not in known][:BATCH]
-            if not new:
-                return 0
-            acts = store.query(_ACTIONS, [[r["incident_id"] for r in new]], 10_000)
-            actions: dict[str, list[tuple[str, str]]] = {}
-            for incident_id, kind, status in acts.rows:
-                actions.setdefault(incident_id, []).append((kind, status))
-            nodes = []
-            for r in new:
-                done = actions.get(r["incident_id"], [])
-                # The action that mattered: a verified one, else the last taken.
-                fix = next((a for a in done if a[1] == "verified"), done[-1] if done else None)
-                nodes.append(TextNode(id_=r["incident_id"], text=describe(r), metadata={
-                    "service": r["service"], "version": r["model_version"],
-                    "fault_class": r["fault_class"], "closed": r["closed"],
-                    "fix": fix[0] if fix else None, "outcome": fix[1] if fix else None}))
-            self.index.insert_nodes(nodes)
-            return len(nodes)
-
-    def recall(self, text: str, fault_class: str | None = None, exclude: Sequence[str] = (),
-               k: int = 3) -> list[Recalled]:
-        """The past incidents most like ``text`` (above the similarity floor), best first;
-        with ``fault_class``, only those of the same class: a pattern "seen before" is the
-        same kind of failure, found by what else it shared (service, signals, wording)."""
-        embedding = self.embed_model.get_query_embedding(text)
-        filters = MetadataFilters(filters=[MetadataFilter(key="fault_class", value=fault_class)]
-                                  ) if fault_class else None
-        result = self.vectors.query(VectorStoreQuery(query_embedding=embedding,
-                                                     similarity_top_k=k, filters=filters),
-                                    exclude_ids=list(exclude))
-        out = []
-        for node, score in zip(result.nodes or [], result.similarities or [], strict=True):
-            if score < self.min_score:
-                continue
-            m = node.metadata
-            out.append(Recalled(node.node_id, round(score, 3), str(m.get("service")),
-                                m.get("version"), m.get("fault_class"), m.get("fix"),
-                                m.get("outcome")))
-        return out
-
-    def similar(self, store: Store, incident_id: str, k: int = 3) -> list[Recalled]:
-        """Past incidents like one in ``store`` (remembering what resolved since last time)."""
-        self.remember(store)
-        rows = store.query(_ONE, [incident_id], 1)
-        if not rows.rows:
-            return []
-        row = dict(zip(rows.columns, rows.rows[0], strict=True))
-        return self.recall(describe(row), row["fault_class"], exclude=[incident_id], k=k)
-
-    def close(self) -> None:
-        self.vectors.close()
-
-
 class LazyMemory:
     """An ``IncidentMemory`` made on first use (loading the embedding model takes a moment
     the server need not spend at start-up); a memory that cannot be made is logged once and
@@ -279,6 +100,8 @@ class LazyMemory:
         with self._lock:
             if self._memory is None and not self._failed:
                 try:
+                    from agents.memory_index import IncidentMemory
+
                     self._memory = IncidentMemory(self.path)
                 except Exception as exc:  # noqa: BLE001 - recall is an aid; answers go on
                     log.error("incident memory unavailable: %s", exc)

@@ -17,7 +17,8 @@ from typing import Any
 
 from agents.evals.cases import Case, load_telemetry
 from agents.evals.replay import replay
-from agents.memory import IncidentMemory, describe
+from agents.memory import describe
+from agents.memory_index import IncidentMemory
 from aiops.store import Store
 
 __all__ = ["MemoryEval", "remembered_incident", "run_memory_eval"]

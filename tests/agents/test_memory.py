@@ -17,7 +17,8 @@ from llama_index.core.vector_stores.types import (
 )
 
 from agents.agent import Agent
-from agents.memory import DuckDBVectorStore, IncidentMemory, LazyMemory, MiniLMEmbedding
+from agents.memory import LazyMemory
+from agents.memory_index import DuckDBVectorStore, IncidentMemory, MiniLMEmbedding
 from agents.tools import Toolbox
 from aiops.schema import ACTIONS
 from aiops.store import Store
