@@ -395,8 +395,9 @@ def score(q: Question, case: Case, answer: Answer) -> tuple[dict[str, bool], lis
                                                                 for c in r.queries)
     if checks["intent"] and r is not None:
         checks["facts"] = _CHECKS[q.expect.kind](_World(case, q.expect.minutes), answer, why)
-        # Never a figure without data: an empty table comes with the reason.
-        checks["honest"] = bool(r.rows or r.lines) or bool(r.gaps)
+        # An empty table comes with the reason (a gap, or a line saying there was none).
+        checks["honest"] = bool(r.rows) or bool(r.gaps) or any(
+            line.startswith("No ") for line in r.lines)
     else:
         checks["facts"] = False
     return checks, why
