@@ -81,11 +81,18 @@ def make_llm(url: str, model: str, api_key: str = "none", timeout_s: float = 60.
     return llm
 
 
+BUSY_WINDOW_S = 10.0  # "busy": a user request to a model began this recently
+
+
 class Agent:
-    def __init__(self, toolbox: Toolbox, llm: LLM | None = None, mode: Mode = "plan") -> None:
+    def __init__(self, toolbox: Toolbox, llm: LLM | None = None, mode: Mode = "plan",
+                 when_busy: Literal["ask", "skip"] = "ask") -> None:
         self.box = toolbox
         self.llm = llm
         self.mode = mode
+        # "skip": no narrative from the LLM while models serve users (the template's, with
+        # the reason): the facts never need it, and on a small machine it slows them.
+        self.when_busy = when_busy
 
     # -- what the store knows -----------------------------------------------------------------
 
@@ -160,6 +167,11 @@ class Agent:
             narrative = Narrative(text=text, source="template")
         elif self.mode == "tools" and self.llm is not None:
             narrative = self._function_calling(question, inv)
+        elif self.llm is not None and inv.facts is not None and (busy := self._busy()):
+            narrative = template_narrative(inv).model_copy(update={"rejected": (
+                f"the LLM was not asked: {busy} user request(s) in the last "
+                f"{BUSY_WINDOW_S:g} s, which its work would slow (AIOPS_AGENT_LLM_WHEN_BUSY=ask "
+                "asks anyway)")})
         elif self.llm is not None:
             narrative = llm_narrative(self.llm, inv, question, versions, models)
         else:
@@ -172,6 +184,15 @@ class Agent:
         answer.text = render_markdown(answer)
         answer.elapsed_s = round(time.monotonic() - started, 3)
         return answer
+
+    def _busy(self) -> int:
+        """User requests begun in the last seconds (0 unless ``when_busy`` is skip); the
+        agent's own model's requests do not count."""
+        if self.when_busy != "skip":
+            return 0
+        load = self.box.call("serving_load", seconds=BUSY_WINDOW_S,
+                             exclude=getattr(self.llm, "model", None))
+        return int(load.data) if load.ok else 0
 
     def _function_calling(self, question: str, inv: Investigation) -> Narrative:
         """llama-index's FunctionAgent over the toolbox; its final text is the narrative."""

@@ -150,7 +150,7 @@ class AgentService:
                           Limits(sql_rows=s.agent_sql_rows, sql_timeout_s=s.agent_sql_timeout_s),
                           actor=actor, objectives=self.objectives, models=self.models,
                           memory=self.memory)
-            return Agent(box, self.llm, s.agent_mode).ask(question)
+            return Agent(box, self.llm, s.agent_mode, s.agent_llm_when_busy).ask(question)
         finally:
             self._slots.release()
 

@@ -109,6 +109,7 @@ class Toolbox:
             "trace_lookup": self.trace_lookup,
             "serving": self.serving,
             "similar_incidents": self.similar_incidents,
+            "serving_load": self.serving_load,
             "propose_action": self.propose_action,
             "decide_action": self.decide_action,
         }
@@ -336,6 +337,27 @@ class Toolbox:
         for r in rows:
             r["first"], r["last"] = _iso(r.pop("first_ns")), _iso(r.pop("last_ns"))
         return rows
+
+    def serving_load(self, seconds: float = 10, exclude: str | None = None) -> Any:
+        """How many requests to the models (their root spans) began in the last ``seconds``,
+        not counting model ``exclude`` (the agent's own)."""
+        params = {"seconds": seconds, "exclude": exclude}
+        if not 0 < seconds <= 3600:
+            return self._fail("serving_load", params, "seconds must be in (0, 3600]")
+        now = self.now()
+        sql = """
+            SELECT count(*) FROM spans
+            WHERE parent_span_id IS NULL AND epoch_ns(start_time) > ?
+              AND epoch_ns(start_time) <= ?
+              AND coalesce(attributes->>'gen_ai.request.model',
+                           CASE WHEN service_name <> 'ingress' THEN service_name END)
+                  IS DISTINCT FROM ?
+              AND coalesce(attributes->>'gen_ai.request.model', service_name) <> 'ingress'"""
+        try:
+            rows = self._rows(sql, [now - int(seconds * NS), now, exclude], 1)
+        except AIOpsError as exc:
+            return self._fail("serving_load", params, str(exc))
+        return int(next(iter(rows[0].values()))) if rows else 0
 
     def similar_incidents(self, incident_id: str) -> Any:
         """Resolved incidents like this one (same fault class, most similar first), each with

@@ -237,6 +237,10 @@ class Settings(BaseSettings):
         "", description="API key for the agent's LLM endpoint. Empty: the first of "
         "`AIOPS_API_KEYS` (the stack's own), else none.")
     agent_timeout_s: float = Field(60.0, gt=0, description="Longest wait for one LLM call.")
+    agent_llm_when_busy: Literal["skip", "ask"] = Field(
+        "skip", description="skip: while the models are serving users (a request began in the "
+        "last 10 s), an answer's narrative is the template's and the LLM is not asked, so "
+        "chat-ops never slows served traffic; ask: the LLM is asked anyway.")
     agent_llm_priority: Literal["batch", "realtime", ""] = Field(
         "batch", description="Priority class the agent's LLM calls ask for at the Serve ingress "
         "(x-aiops-priority): batch waits behind every waiting user request; empty sends none.")

@@ -118,3 +118,20 @@ def test_a_proposal_says_what_the_policy_did_with_it(
     if mode == "approve":
         action_id = answer.proposal.data["action_id"] if answer.proposal else None
         assert f"'approve {action_id}'" in answer.text
+
+
+def test_while_users_are_served_the_llm_is_not_asked_for_a_narrative(
+        store: Store, scripted_model: tuple[str, list[dict[str, Any]]]) -> None:
+    url, seen = scripted_model
+    slow_canary(store)  # requests until T0: the models are serving
+    llm = make_llm(url, "scripted")
+    answer = Agent(Toolbox(store, now=lambda: T0), llm, when_busy="skip").ask(
+        "What happened to echo in the last 15 minutes?")
+    assert seen == [] and answer.narrative.source == "template"
+    assert answer.narrative.rejected is not None
+    assert answer.narrative.rejected.startswith("the LLM was not asked: ")
+    assert answer.facts is not None  # the facts never needed it
+    # A minute after the last request, it is asked.
+    later = Agent(Toolbox(store, now=lambda: T0 + 60 * NS), llm, when_busy="skip").ask(
+        "What happened to echo in the last 15 minutes?")
+    assert len(seen) == 1 and later.facts is not None
