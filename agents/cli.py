@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
+from rich.syntax import Syntax
 from rich.table import Table
 
 from aiops.config import Settings
@@ -55,6 +56,9 @@ def ask(
 
 def render(a: dict[str, Any], out: Console = console) -> None:
     """An answer (``Answer`` as JSON) for the terminal."""
+    from agents.agent import proposal_text
+    from agents.tools import ToolResult
+
     f = a.get("facts")
     title = "answer"
     if f:
@@ -62,11 +66,24 @@ def render(a: dict[str, Any], out: Console = console) -> None:
                  + (f"@{f['version']}" if f.get("version") else "")
                  + f" - {f['incident_id']} ({f['status']})")
     n = a["narrative"]
-    body = escape(n["text"]) if a["intent"]["kind"] != "list_incidents" else \
-        escape(a["text"])
+    report = a.get("report")
+    if report:
+        # A question about the telemetry: its figures, what could not be answered, the SQL.
+        title = report["headline"]
+        lines = list(report["lines"]) + ([
+            "Not answered from the telemetry here: " + "; ".join(report["gaps"]) + "."]
+            if report["gaps"] else [])
+        body = escape("\n".join(lines))
+    elif a["intent"]["kind"] == "list_incidents":
+        body = escape(a["text"])
+    else:
+        body = escape(n["text"])
     note = f"narrative: {n['source']}" + (f" (LLM's rejected: {n['rejected']})"
                                           if n.get("rejected") else "")
     out.print(Panel(body, title=escape(title), subtitle=escape(note)))
+    if report:
+        for q in report["queries"]:
+            out.print(Syntax(q["sql"], "sql", word_wrap=True))
     if f:
         facts = Table.grid(padding=(0, 2))
         for key in ("component", "version", "replica", "fault_class", "onset", "severity",
@@ -82,9 +99,10 @@ def render(a: dict[str, Any], out: Console = console) -> None:
         out.print(t)
     p = a.get("proposal")
     if p:
-        detail = (p.get("data") or {}).get("description") or p["params"].get("kind")
-        out.print(f"proposed: {escape(str(detail))} -> [bold]{p['status']}[/bold]"
-                  + (f" ({escape(p['error'])})" if p.get("error") else ""))
+        # The same words as the answer's text: done, waiting for whom, denied or impossible
+        # and why - never a bare status.
+        out.print(escape(proposal_text(ToolResult.model_validate(p))))
+
 
 
 def evaluate(

@@ -127,3 +127,18 @@ def test_a_question_about_why_is_still_an_investigation(store: Store) -> None:
     _requests(store, T0 - 300 * NS, 10, 1000, 40)
     a = _ask(store, "why did the p99 of echo jump?")
     assert a.intent.kind == "investigate" and a.report is None
+
+
+def test_the_terminal_shows_the_figures_the_gaps_and_the_sql(store: Store) -> None:
+    from rich.console import Console
+
+    from agents.cli import render
+
+    _requests(store, T0 - 300 * NS, 20, 1000, 40)
+    out = Console(width=120, record=True)
+    render(_ask(store, "p99 latency of echo").model_dump(mode="json"), out)
+    render(_ask(store, "roll back echo").model_dump(mode="json"), out)
+    shown = out.export_text()
+    assert "p99" in shown and "SELECT" in shown and "quantile_cont" in shown
+    # What happened to the action, in words, not a bare "-> error".
+    assert "Not done: cannot roll back echo: only v1 has served it" in shown
