@@ -295,6 +295,7 @@ def bench_all() -> None:
         bench_ebpf()
     bench_mttr()
     bench_chatops()
+    bench_memory()
     bench_durability()
     if (DATASETS / "nezha").is_dir():
         bench_rca()
