@@ -96,7 +96,15 @@ class LazyMemory:
         self._failed = False
         self._lock = threading.Lock()
 
-    def get(self) -> IncidentMemory | None:
+    def get(self, wait: bool = True) -> IncidentMemory | None:
+        """The memory, loading it first if need be; with ``wait=False`` (the planner, which
+        must not stall an analytics round) a memory not loaded yet starts loading in the
+        background and this call returns None."""
+        if not wait:
+            if self._memory is None and not self._failed and self._lock.acquire(blocking=False):
+                self._lock.release()
+                threading.Thread(target=self.get, name="memory-load", daemon=True).start()
+            return self._memory
         with self._lock:
             if self._memory is None and not self._failed:
                 try:
@@ -108,9 +116,9 @@ class LazyMemory:
                     self._failed = True
             return self._memory
 
-    def seen_before(self, store: Store, incident_id: str) -> str | None:
+    def seen_before(self, store: Store, incident_id: str, wait: bool = True) -> str | None:
         """"seen before: inc-..., fixed by rollback, verified" for the best match, or None."""
-        memory = self.get()
+        memory = self.get(wait)
         if memory is None:
             return None
         try:

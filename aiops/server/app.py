@@ -121,7 +121,8 @@ def create_app(settings: Settings, store: Store,
     memory = LazyMemory(settings.data_dir / "memory.duckdb")
     remediator = Remediator(store, load_policy(settings.policy_file), lambda: Planes(
         [lambda: LifecycleClient.from_settings(settings), *attachment.planes()]),
-        recall=lambda incident_id: memory.seen_before(store, incident_id))
+        # Not waiting: the first plan starts the memory loading instead of stalling a round.
+        recall=lambda incident_id: memory.seen_before(store, incident_id, wait=False))
     analyzer = _analyzer(settings, store, remediator) if settings.analytics else None
 
     tracker = analyzer.tracker if analyzer is not None else None

@@ -98,3 +98,17 @@ def test_nothing_is_seen_before_without_a_resolved_incident_of_the_same_class(
     [incident_id] = [r[0] for r in store.query(
         "SELECT incident_id FROM incidents_current WHERE service = 'echo'").rows]
     assert memory.similar(store, incident_id) == []
+
+
+def test_the_planner_never_waits_for_the_memory_to_load() -> None:
+    import time
+
+    memory = LazyMemory(None)
+    started = time.monotonic()
+    assert memory.get(wait=False) is None  # loading begins in the background
+    assert time.monotonic() - started < 0.5
+    deadline = time.monotonic() + 60
+    while memory.get(wait=False) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert memory.get(wait=False) is not None
+    memory.close()
