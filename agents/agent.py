@@ -282,9 +282,10 @@ def render_markdown(a: Answer) -> str:
 
 
 def _report_summary(r: Report) -> str:
-    body = [line for line in r.lines if not line.startswith("- ")]
-    return (body[0] if body else r.headline) if r.lines else \
-        "Nothing to show: " + "; ".join(r.gaps) + "."
+    """The report's first line that is not a list item (its headline without one)."""
+    if not r.lines:
+        return "Nothing to show: " + "; ".join(r.gaps) + "."
+    return next((line for line in r.lines if not line.startswith("- ")), r.headline)
 
 
 def _render_report(r: Report) -> list[str]:

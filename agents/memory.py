@@ -101,8 +101,7 @@ class LazyMemory:
         must not stall an analytics round) a memory not loaded yet starts loading in the
         background and this call returns None."""
         if not wait:
-            if self._memory is None and not self._failed and self._lock.acquire(blocking=False):
-                self._lock.release()
+            if self._memory is None and not self._failed and not self._lock.locked():
                 threading.Thread(target=self.get, name="memory-load", daemon=True).start()
             return self._memory
         with self._lock:

@@ -167,7 +167,7 @@ class IncidentMemory:
             return len(nodes)
 
     def recall(self, text: str, fault_class: str | None = None, exclude: Sequence[str] = (),
-               k: int = 3) -> list[Recalled]:
+               k: int = 3, min_score: float | None = None) -> list[Recalled]:
         """The past incidents most like ``text`` (above the similarity floor), best first;
         with ``fault_class``, only those of the same class: a pattern "seen before" is the
         same kind of failure, found by what else it shared (service, signals, wording)."""
@@ -179,7 +179,7 @@ class IncidentMemory:
                                     exclude_ids=list(exclude))
         out = []
         for node, score in zip(result.nodes or [], result.similarities or [], strict=True):
-            if score < self.min_score:
+            if score < (self.min_score if min_score is None else min_score):
                 continue
             m = node.metadata
             out.append(Recalled(node.node_id, round(score, 3), str(m.get("service")),

@@ -89,12 +89,11 @@ def run_memory_eval(cases: list[Case], memory: IncidentMemory | None = None) -> 
     memory.index.insert_nodes([TextNode(id_=it.case, text=it.text, metadata={
         "service": it.case, "fault_class": it.fault_class}) for it in out.items])
     by_case = {it.case: it for it in out.items}
-    floor, memory.min_score = memory.min_score, -1.0
     for it in out.items:
-        found = memory.recall(it.text, it.fault_class, exclude=[it.case], k=1)
+        # No floor here: the best score is kept even when the floor would refuse it.
+        found = memory.recall(it.text, it.fault_class, exclude=[it.case], k=1, min_score=-1.0)
         best = found[0] if found else None
         near = by_case[best.incident_id] if best else None
-        out.nearest[it.case] = (near if best and best.score >= floor else None,
+        out.nearest[it.case] = (near if best and best.score >= memory.min_score else None,
                                 best.score if best else 0.0)
-    memory.min_score = floor
     return out

@@ -116,12 +116,15 @@ def _replica(s: dict[str, Any]) -> str | None:
     return None if r is None else str(r)
 
 
-def _failed(s: dict[str, Any]) -> bool:
+def _http_status(s: dict[str, Any]) -> int:
     try:
-        status = int(_attr(s, "http.response.status_code") or 0)
+        return int(_attr(s, "http.response.status_code") or 0)
     except (TypeError, ValueError):
-        status = 0
-    return s.get("status_code") == "error" or status >= 500
+        return 0
+
+
+def _failed(s: dict[str, Any]) -> bool:
+    return s.get("status_code") == "error" or _http_status(s) >= 500
 
 
 class _World:
@@ -348,7 +351,7 @@ def _check_slo(w: _World, a: Answer, why: list[str]) -> bool:
         if o.latency_ms is not None:
             bad.append(sum(s["duration_ns"] > int(o.latency_ms * 1e6) for s in ingress))
         if o.error_budget is not None:
-            bad.append(sum(_failed_http(s) for s in ingress))
+            bad.append(sum(_http_status(s) >= 500 for s in ingress))
         expected += len(bad)
         if [r["bad"] for r in mine_] != bad or any(r["requests"] != len(ingress)
                                                    for r in mine_):
@@ -358,13 +361,6 @@ def _check_slo(w: _World, a: Answer, why: list[str]) -> bool:
         why.append(f"{len(rows)} objective rows, expected {expected}")
         return False
     return True
-
-
-def _failed_http(s: dict[str, Any]) -> bool:
-    try:
-        return int(_attr(s, "http.response.status_code") or 0) >= 500
-    except (TypeError, ValueError):
-        return False
 
 
 _CHECKS: dict[str, Callable[[_World, Answer, list[str]], bool]] = {
