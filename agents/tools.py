@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from aiops.analytics.findings import NOT_WARMUP
 from aiops.analytics.slo import Objective
 from aiops.errors import AIOpsError
 from aiops.remediation.actions import Action, ActionKind, new_action
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["PROPOSABLE", "Proposer", "ToolResult", "ToolStatus", "Toolbox"]
 
 NS = 1_000_000_000
+RECENT_TRACE_S = 3600  # trace_lookup searches this far back first
 PROPOSABLE = (ActionKind.ROLLBACK, ActionKind.SCALE, ActionKind.PROMOTE, ActionKind.SHED_LOAD)
 _TEXT_LIMIT = 300  # characters of any one telemetry text handed to a model
 _ID = re.compile(r"^[A-Za-z0-9_.:@/-]{1,128}$")
@@ -244,15 +246,16 @@ class Toolbox:
             return self._fail("metric_lookup", params,
                               "minutes in (0, 1440] and bucket_s in [1, 3600]")
         now = self.now()
-        sql = """
+        sql = f"""
             SELECT attributes->>'aiops.model.version' AS version,
                    (epoch_ns(start_time) // ?) * ? AS bucket_ns, count(*) AS requests,
                    round(avg(CASE WHEN status_code = 'error' THEN 1 ELSE 0 END), 4) AS failed,
                    round(median(duration_ns) / 1e6, 1) AS p50_ms,
                    round(quantile_cont(duration_ns, 0.95) / 1e6, 1) AS p95_ms
             FROM spans
-            WHERE service_name = ? AND epoch_ns(start_time) > ? AND epoch_ns(start_time) <= ?
-              AND (? IS NULL OR attributes->>'aiops.model.version' = ?)
+            WHERE service_name = ?
+              AND start_time > make_timestamp_ns(?) AND start_time <= make_timestamp_ns(?)
+              AND (? IS NULL OR attributes->>'aiops.model.version' = ?) AND {NOT_WARMUP}
             GROUP BY ALL ORDER BY bucket_ns, version"""
         step = bucket_s * NS
         try:
@@ -278,7 +281,7 @@ class Toolbox:
                    any_value(resource_attributes->>'service.version') AS version
             FROM logs
             WHERE service_name = ? AND coalesce(severity_number, 0) >= ?
-              AND epoch_ns(time) > ? AND epoch_ns(time) <= ?
+              AND time > make_timestamp_ns(?) AND time <= make_timestamp_ns(?)
             GROUP BY body ORDER BY n DESC"""
         try:
             rows = self._rows(sql, [model, min_severity, now - int(minutes * 60 * NS), now])
@@ -299,9 +302,17 @@ class Toolbox:
                    attributes->>'aiops.model.version' AS version,
                    attributes->>'http.response.status_code' AS http_status,
                    epoch_ns(start_time) AS start_ns, attributes
-            FROM spans WHERE trace_id = ? ORDER BY start_time"""
+            FROM spans WHERE trace_id = ? {} ORDER BY start_time"""
+        # The last hour first (where an incident's evidence points): the time column's zone
+        # maps skip the rest, where a random trace id skips nothing. That answer is the whole
+        # trace when its root span started within the hour (its spans start after it, so
+        # end within the hour too); else the whole store is searched.
+        recent = self.now() - RECENT_TRACE_S * NS
         try:
-            rows = self._rows(sql, [trace_id], 100)
+            rows = self._rows(sql.format("AND end_time > make_timestamp_ns(?)"),
+                              [trace_id, recent], 100)
+            if not any(r["parent_span_id"] is None and r["start_ns"] > recent for r in rows):
+                rows = self._rows(sql.format(""), [trace_id], 100)
         except AIOpsError as exc:
             return self._fail("trace_lookup", params, str(exc))
         if not rows:
@@ -319,7 +330,7 @@ class Toolbox:
         if not 0 < minutes <= 7 * 24 * 60:
             return self._fail("serving", params, "minutes must be in (0, 10080]")
         now = self.now()
-        sql = """
+        sql = f"""
             SELECT coalesce(attributes->>'aiops.model.version',
                             resource_attributes->>'service.version') AS version,
                    count(*) AS requests,
@@ -328,7 +339,9 @@ class Toolbox:
                        AS replicas,
                    epoch_ns(min(start_time)) AS first_ns, epoch_ns(max(start_time)) AS last_ns
             FROM spans
-            WHERE service_name = ? AND epoch_ns(start_time) > ? AND epoch_ns(start_time) <= ?
+            WHERE service_name = ?
+              AND start_time > make_timestamp_ns(?) AND start_time <= make_timestamp_ns(?)
+              AND {NOT_WARMUP}
             GROUP BY ALL HAVING version IS NOT NULL ORDER BY first_ns"""
         try:
             rows = self._rows(sql, [model, now - int(minutes * 60 * NS), now])
@@ -347,8 +360,8 @@ class Toolbox:
         now = self.now()
         sql = """
             SELECT count(*) FROM spans
-            WHERE parent_span_id IS NULL AND epoch_ns(start_time) > ?
-              AND epoch_ns(start_time) <= ?
+            WHERE parent_span_id IS NULL AND start_time > make_timestamp_ns(?)
+              AND start_time <= make_timestamp_ns(?)
               AND coalesce(attributes->>'gen_ai.request.model',
                            CASE WHEN service_name <> 'ingress' THEN service_name END)
                   IS DISTINCT FROM ?

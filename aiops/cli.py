@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -16,7 +16,9 @@ from aiops.cli_common import console, err_console, fail, settings_of
 from aiops.config import load_settings, settings_reference
 from aiops.errors import AIOpsError
 from aiops.models_cli import app as models_app
+from aiops.pack_cli import register as register_pack_commands
 from aiops.schema import schema_reference
+from aiops.sdk_cli import app as sdk_app
 from aiops.tokens_cli import app as token_app
 
 __all__ = ["app"]
@@ -29,6 +31,7 @@ app.add_typer(token_app, name="token")
 app.add_typer(bench_app, name="bench")
 app.add_typer(models_app, name="models")
 app.add_typer(attach_app, name="attach")
+app.add_typer(sdk_app, name="sdk")
 
 def _mount_optional() -> None:
     """Commands whose modules live beside the core (the agent, dashboards as code,
@@ -84,7 +87,8 @@ def server(ctx: typer.Context) -> None:
         raise _fail(exc, 2) from exc
     limit_memory(settings.server_memory_mb)
     try:
-        store = Store(settings.db_path, memory_limit_mb=settings.duckdb_memory_mb)
+        store = Store(settings.db_path, memory_limit_mb=settings.duckdb_memory_mb,
+                      trace_index=settings.store_trace_index)
         if not settings.admin_token:
             ensure_secret(settings.data_dir / ADMIN_TOKEN_FILE)
     except (AIOpsError, OSError) as exc:
@@ -281,24 +285,33 @@ def action_deny(ctx: typer.Context, action_id: str,
 def demo(
     ctx: typer.Context,
     scenario: Annotated[str, typer.Option(help="canary (default), error-burst, crash, cpu, "
-                                               "memory, or all")] = "canary",
+                                               "memory, all (those five), or node-loss "
+                                               "(starts a worker node)")] = "canary",
     report_dir: Annotated[Path, typer.Option(help="Where the report goes.")] = Path("reports"),
     headless: Annotated[bool, typer.Option(help="Plain log lines instead of the live view.")]
     = False,
+    rate_scale: Annotated[float, typer.Option(
+        min=0.1, max=4.0, help="The traffic mix at this times its arrival rates (on 2 cores "
+        "node-loss wants about 0.67: docs/multinode.md).")] = 1.0,
 ) -> None:
     """Start the embedded stack, drive mixed traffic, break something, and watch detection,
     root cause, the action under policy, verification and the chat-ops answer; write a
     report; stop everything."""
     from aiops.demo.runner import demo_settings, run_demo
     from aiops.demo.scenarios import ORDER
+    from aiops.demo.traffic import DEFAULT_WORKLOADS, scaled
 
     names = list(ORDER) if scenario == "all" else [s.strip() for s in scenario.split(",")]
     try:
         results = run_demo(demo_settings(_settings(ctx)), console, names, report_dir,
-                           headless or not console.is_terminal)
+                           headless or not console.is_terminal,
+                           scaled(DEFAULT_WORKLOADS, rate_scale))
     except AIOpsError as exc:
         raise _fail(exc) from exc
-    if not all(r.incident and not r.problems for r in results):
+    # Done means every scenario was detected, attributed to the right version and fault class,
+    # and recovered.
+    if not all(r.incident and r.attributed and r.recovered_at and not r.problems
+               for r in results):
         raise typer.Exit(1)
 
 
@@ -354,81 +367,7 @@ def ebpf_run() -> None:
     raise typer.Exit(collector_main())
 
 
-@app.command()
-def keygen(
-    directory: Annotated[Path, typer.Argument(help="Where to write NAME.key and NAME.pub.")],
-    name: Annotated[str, typer.Option(help="File name stem.")] = "aiops",
-) -> None:
-    """Create an Ed25519 key pair for signing model packages."""
-    from serve.packages import generate_keys
-
-    try:
-        private, public = generate_keys(directory, name)
-    except (AIOpsError, FileExistsError) as exc:
-        raise _fail(AIOpsError(str(exc))) from exc
-    console.print(f"private key: {private} (keep it secret)\npublic key:  {public}")
-
-
-@app.command("pack")
-def pack_cmd(
-    spec_file: Annotated[Path, typer.Option("--spec", help="Model spec file.")],
-    model: Annotated[str, typer.Option(help="Model name in the spec file.")],
-    key: Annotated[Path, typer.Option(help="Ed25519 private key (PEM).")],
-    out: Annotated[Path, typer.Option(help="Package directory to create.")],
-    version: Annotated[str | None, typer.Option(help="Version (default: the only one).")] = None,
-    reference: Annotated[bool, typer.Option(help="Record reference outputs.")] = True,
-) -> None:
-    """Build a signed package: the model's artifact, a manifest of sha256 digests, reference
-    outputs computed by running the model here, and an Ed25519 signature."""
-    from serve.backends.base import get_backend
-    from serve.gates import default_reference_inputs, reference_kind, reference_outputs
-    from serve.packages import pack
-    from serve.specs import load_specs
-
-    try:
-        specs = [s for s in load_specs(spec_file) if s.name == model
-                 and (version is None or s.version == version)]
-        if len(specs) != 1:
-            raise AIOpsError(f"{spec_file} has {len(specs)} matching versions of {model!r}; "
-                             "name one with --version")
-        spec = specs[0]
-        ref: dict[str, Any] | None = None
-        n_ref = 0
-        if reference:
-            kind = reference_kind(spec)
-            inputs = default_reference_inputs(kind)
-            backend: Any = get_backend(spec.backend)(spec)
-            backend.start()
-            try:
-                outputs = reference_outputs(backend, kind, inputs, 16)
-            finally:
-                backend.shutdown()
-            ref = {"kind": kind, "inputs": inputs, "outputs": outputs, "tolerance": 1e-4,
-                   "max_tokens": 16}
-            n_ref = len(inputs)
-        path = pack(spec.artifact_path(), out, name=spec.name, version=spec.version,
-                    backend=spec.backend, private_key=key, reference=ref)
-    except AIOpsError as exc:
-        raise _fail(exc) from exc
-    console.print(f"packed {spec.name}:{spec.version} into {path}"
-                  + (f" with {n_ref} reference output(s)" if n_ref else ""))
-
-
-@app.command("verify")
-def verify_cmd(
-    package: Annotated[Path, typer.Argument(help="Package directory.")],
-    key: Annotated[list[Path], typer.Option(help="Trusted public key(s) (PEM).")],
-) -> None:
-    """Verify a package's signature and every file's digest. Exit 1 and say why if not."""
-    from serve.packages import load_public_keys, verify_package
-
-    try:
-        verified = verify_package(package, load_public_keys(key))
-    except AIOpsError as exc:
-        raise _fail(exc) from exc
-    m = verified.manifest
-    console.print(f"OK {m['name']}:{m['version']} ({m['backend']}), {len(m['files'])} files, "
-                  f"manifest {verified.digest[:23]}")
+register_pack_commands(app)  # keygen, model-key, pack, verify: aiops/pack_cli.py
 
 
 ledger_app = typer.Typer(no_args_is_help=True, help="Tamper-evident hash chains.")

@@ -101,6 +101,12 @@ class Settings(BaseSettings):
     duckdb_memory_mb: int = Field(
         1024, ge=64, description="DuckDB's buffer pool limit (cached database blocks; beyond "
         "it DuckDB evicts to disk).")
+    store_trace_index: bool = Field(
+        False, description="An ART index on spans.trace_id: a trace of any age is found in "
+        "about 1 ms instead of a scan of every span (about 200 ms at 10M spans); it costs "
+        "about 50 bytes of disk and memory per span and makes span ingest into the store "
+        "about 5x slower (docs/scaling.md). Off (the default), a trace lookup searches the "
+        "last hour first. Turning it off drops the index.")
     server_memory_mb: int = Field(
         6144, ge=0, description="Cap on the aiops server's data memory (RLIMIT_DATA): an "
         "allocation past it fails (that query or request gets an error) instead of the "
@@ -156,8 +162,13 @@ class Settings(BaseSettings):
         description="Bearer token of the control plane API; empty: generated at start-up and "
         "written to `<data_dir>/admin.token` (mode 0600).")
     ray_num_cpus: int = Field(
-        2, ge=1, description="CPUs the local Ray instance advertises to its scheduler."
+        2, ge=1, description="CPUs the local Ray instance advertises to its scheduler (each "
+        "node's, with worker nodes)."
     )
+    ray_worker_nodes: int = Field(
+        0, ge=0, le=4, description="Ray worker nodes to start beside the head on this "
+        "machine (each its own raylet; Serve spreads replicas over them). 0: one local "
+        "instance. With eBPF, one collector per node (docs/multinode.md).")
     models_file: Path | None = Field(
         None,
         description="Model spec YAML (see docs/models.md); empty means the packaged default "
@@ -188,10 +199,10 @@ class Settings(BaseSettings):
     # Live analytics (in the server).
     analytics: bool = Field(True, description="Run the detectors and keep incidents in the "
                             "server.")
-    analytics_interval_s: float = Field(5.0, gt=0, description="Seconds between analytics "
+    analytics_interval_s: float = Field(1.0, gt=0, description="Seconds between analytics "
                                         "rounds.")
     analytics_window_s: float = Field(
-        20.0, gt=0, description="Current window of the trace and eBPF detectors, seconds; "
+        10.0, gt=0, description="Current window of the trace and eBPF detectors, seconds; "
         "compared with the 10 minutes before it (or with sibling versions).")
     analytics_burn_windows: str = Field(
         "60/10/6,600/60/3", description="SLO burn-rate window pairs `long/short/threshold` "
@@ -211,10 +222,14 @@ class Settings(BaseSettings):
         "allows it (root, BPF, tracefs, kernel headers; the reason is printed otherwise), `on` "
         "fails `aiops up` when it cannot start, `off` never.")
     ebpf_interval_s: float = Field(
-        5.0, gt=0, description="Seconds between drains of the eBPF maps (one OTLP export each).")
+        2.0, gt=0, description="Seconds between drains of the eBPF maps (one OTLP export each).")
     ebpf_max_entries: int = Field(
         8192, ge=64, description="Entries per eBPF map (processes, threads, devices, sockets); "
         "updates beyond it are counted as drops.")
+    ebpf_node: str | None = Field(
+        None, description="The Ray node (head, worker-1, ...) this eBPF collector covers: "
+        "its replicas and the processes under its raylet. Empty: every process on the "
+        "machine. `aiops up` sets it per collector when it starts worker nodes.")
     ebpf_kernel_source: Path | None = Field(
         None, description="Kernel header tree for bcc (`BCC_KERNEL_SOURCE`). Default: "
         "`/lib/modules/$(uname -r)/build` when present, else the merged Debian tree "

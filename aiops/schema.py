@@ -20,7 +20,11 @@ __all__ = [
     "LEDGER",
     "LOGS",
     "METRIC_POINTS",
+    "NODE_ATTR",
+    "NODE_LOST_EVENT",
+    "NODE_REPLACED_EVENT",
     "PROVENANCE",
+    "RETIRED_EVENT",
     "SPANS",
     "TABLES",
     "Column",
@@ -29,6 +33,15 @@ __all__ = [
     "schema_reference",
     "table",
 ]
+
+# Event name of the log record a replica emits when Serve stops it on purpose (scale-in,
+# rollback, redeploy; ``serve.hooks.retire``): its exit afterwards is no crash.
+RETIRED_EVENT = "aiops.replica.retired"
+# Event names of the records the Serve driver emits when a Ray node is lost, and once the
+# replicas it held run elsewhere (serve.nodes); live analytics open and close on them.
+NODE_LOST_EVENT = "aiops.node.lost"
+NODE_REPLACED_EVENT = "aiops.node.replaced"
+NODE_ATTR = "aiops.node.name"  # head, worker-1, ...: the name aiops gives a Ray node
 
 
 class Kind(enum.Enum):

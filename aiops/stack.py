@@ -16,7 +16,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -159,9 +159,8 @@ def up(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> 
         url = f"{settings.serve_url}/healthz"
         _wait_ready(serve_proc, lambda: marker.exists() and _answers(url),
                     f"{marker} and {url}", settings.startup_timeout_s)
-        ebpf = _start_ebpf(settings, progress)
-        if ebpf is not None:
-            started.append(ebpf)
+        for collector in _start_ebpf(settings, progress):
+            started.append(collector)
             _write_state(settings, started)
     except BaseException:
         _stop(started)
@@ -171,12 +170,13 @@ def up(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> 
     return started
 
 
-def _start_ebpf(settings: Settings, progress: Callable[[str], None]) -> Component | None:
-    """The eBPF collector, when this machine allows it (``ebpf=auto``) or must (``on``)."""
+def _start_ebpf(settings: Settings, progress: Callable[[str], None]) -> Iterator[Component]:
+    """The eBPF collector, when this machine allows it (``ebpf=auto``) or must (``on``): one
+    for the machine, or with worker nodes one per Ray node, as a DaemonSet would run them."""
     if settings.ebpf == "off":
-        return None
-    from collectors.ebpf.collector import READY_FILE as EBPF_READY_FILE
-    from collectors.ebpf.collector import preflight
+        return
+    from collectors.ebpf.collector import preflight, ready_file
+    from serve.cluster import read_nodes
 
     problems = preflight(settings.ebpf_kernel_source)
     if problems:
@@ -184,12 +184,18 @@ def _start_ebpf(settings: Settings, progress: Callable[[str], None]) -> Componen
             raise StackError("the eBPF collector cannot start (AIOPS_EBPF=on): "
                              + "; ".join(problems))
         progress("eBPF collector not started: " + "; ".join(problems))
-        return None
-    progress("starting the eBPF collector")
-    collector = _spawn("ebpf", [sys.executable, "-m", "collectors.ebpf"], settings)
-    marker = settings.data_dir / EBPF_READY_FILE
-    _wait_ready(collector, marker.exists, str(marker), settings.startup_timeout_s)
-    return collector
+        return
+    nodes: list[str | None] = [None]
+    if settings.ray_worker_nodes:
+        nodes = [n.name for n in read_nodes(settings.data_dir)]
+    for node in nodes:
+        name = f"ebpf-{node}" if node else "ebpf"
+        progress(f"starting the eBPF collector{f' of Ray node {node}' if node else ''}")
+        collector = _spawn(name, [sys.executable, "-m", "collectors.ebpf"],
+                           settings.model_copy(update={"ebpf_node": node}))
+        yield collector
+        marker = settings.data_dir / ready_file(node)
+        _wait_ready(collector, marker.exists, str(marker), settings.startup_timeout_s)
 
 
 def _stop(components: list[Component], timeout_s: float = 60.0) -> None:
@@ -248,14 +254,13 @@ def down(settings: Settings, progress: Callable[[str], None] = lambda _: None) -
 def status(settings: Settings) -> list[dict[str, object]]:
     """One row per component: pid, whether it runs, and whether it is healthy (its endpoint
     answers; for the eBPF collector, which serves nothing, its ready marker is present)."""
-    from collectors.ebpf.collector import READY_FILE as EBPF_READY_FILE
-
     urls = {"server": f"{settings.server_url}/readyz", "serve": f"{settings.serve_url}/healthz"}
     verify = {"server": client_verify(settings), "serve": True}
-    marker = settings.data_dir / EBPF_READY_FILE
     rows: list[dict[str, object]] = []
     for c in read_state(settings):
         running = _alive(c.pid)
+        # An eBPF collector's marker: ebpf.ready, or ebpf-<node>.ready for a node's own.
+        marker = settings.data_dir / f"{c.name}.ready"
         if c.name in urls:
             healthy = running and _answers(urls[c.name], verify[c.name])
         else:

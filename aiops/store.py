@@ -32,11 +32,12 @@ from aiops.ledger import GENESIS, Anchor, canonical, link
 from aiops.migrations import apply_migrations
 from aiops.schema import Table, table
 
-__all__ = ["TIME_SERIES_TABLES", "QueryResult", "Store"]
+__all__ = ["TIME_SERIES_TABLES", "TRACE_INDEX", "QueryResult", "Store"]
 
 log = logging.getLogger(__name__)
 
 # Statements the read-only path accepts. EXPLAIN is harmless and useful when tuning queries.
+TRACE_INDEX = "spans_trace_id"
 _READ_TYPES = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
 
 
@@ -51,7 +52,8 @@ class QueryResult:
 class Store:
     """Owns one DuckDB database; ``path=None`` gives an in-memory database."""
 
-    def __init__(self, path: Path | None, memory_limit_mb: int | None = None) -> None:
+    def __init__(self, path: Path | None, memory_limit_mb: int | None = None,
+                 trace_index: bool | None = None) -> None:
         self.path = path
         # Hash-chained tables: their head (seq, hash), and an anchor file beside the database.
         self._heads: dict[str, tuple[int, str]] = {}
@@ -81,9 +83,22 @@ class Store:
         if memory_limit_mb is not None:
             # DuckDB's buffer pool: cached blocks of the database itself, evictable to disk.
             self._conn.execute(f"SET memory_limit = '{int(memory_limit_mb)}MB'")
+        if trace_index is not None:
+            self._trace_index(trace_index)
         self._conn.execute("SET enable_external_access = false")
         self._conn.execute("SET lock_configuration = true")
         self._refresh_archive_views()
+
+    def _trace_index(self, on: bool) -> None:
+        """An ART index on spans.trace_id (setting ``store_trace_index``): a trace of any age
+        in about a millisecond instead of a scan of every span; it costs memory and disk per
+        span and slows span ingest (docs/scaling.md has the figures)."""
+        try:
+            self._conn.execute(f"CREATE INDEX IF NOT EXISTS {TRACE_INDEX} ON spans(trace_id)"
+                               if on else f"DROP INDEX IF EXISTS {TRACE_INDEX}")
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot {'create' if on else 'drop'} the trace index: {exc}"
+                             ) from exc
 
     # -- writes ----------------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ Up to ``capacity`` requests of a model are in flight at once (the spec's
 ``max_replicas * max_ongoing_requests``, so Serve still sees enough load to scale out). Beyond
 that, requests wait in one bounded queue per priority class; a freed slot goes to the oldest
 waiting ``realtime`` request before any ``batch`` one. A request that finds its class's queue
-full is refused at once with ``QueueFull`` (HTTP 429 with Retry-After).
+full is refused at once with ``QueueFull`` (HTTP 429 with Retry-After). When a version stops
+taking traffic (a rollback), its waiting requests are ``Rerouted``: they have not started, so
+the ingress sends them to the version that now serves rather than through the one that broke.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from contextlib import asynccontextmanager
 
 from serve.specs import Priority
 
-__all__ = ["AdmissionController", "QueueFull"]
+__all__ = ["AdmissionController", "QueueFull", "Rerouted"]
 
 _ORDER = (Priority.REALTIME, Priority.BATCH)
 
@@ -26,6 +28,10 @@ class QueueFull(Exception):
         super().__init__(f"the {priority.value} queue is full ({depth} waiting); retry later")
         self.priority = priority
         self.retry_after_s = retry_after_s
+
+
+class Rerouted(Exception):
+    """The version this request waited for no longer takes traffic: pick another."""
 
 
 class AdmissionController:
@@ -69,6 +75,17 @@ class AdmissionController:
             yield
         finally:
             self._release()
+
+    def reroute_waiting(self) -> int:
+        """Release every waiting request with ``Rerouted`` (they hold no slot); how many."""
+        n = 0
+        for queue in self._waiting.values():
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_exception(Rerouted())
+                    n += 1
+        return n
 
     def _release(self) -> None:
         for p in _ORDER:

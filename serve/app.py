@@ -20,8 +20,9 @@ from typing import Any
 from ray import serve
 
 from serve.gates import Trust
-from serve.ingress import INGRESS_NAME, Ingress, _replica_resource
+from serve.ingress import INGRESS_NAME, Ingress
 from serve.replica import ModelReplica
+from serve.responses import replica_resource
 from serve.specs import ModelSpec
 from serve.telemetry import TelemetryConfig
 
@@ -53,7 +54,7 @@ class ModelDeployment(ModelReplica):
         s = ModelSpec.model_validate(spec)
         t = Trust(bool((trust or {}).get("strict")),
                   tuple(Path(k) for k in (trust or {}).get("keys", ())))
-        super().__init__(s, TelemetryConfig(**telemetry), _replica_resource(s.name, s.version),
+        super().__init__(s, TelemetryConfig(**telemetry), replica_resource(s.name, s.version),
                          trust=t)
 
     def __del__(self) -> None:

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from aiops.errors import AIOpsError
-from serve.packages import PackageError, load_public_keys, verify_package
+from serve.keys import KeyUnavailable, key_provider_from_env
+from serve.packages import (
+    PackageError,
+    check_key,
+    encryption_of,
+    load_public_keys,
+    verify_package,
+)
 from serve.specs import ModelSpec, SpecError
 
 __all__ = ["GateFailed", "Trust", "compare_reference", "sample_image", "static_checks"]
@@ -55,7 +62,10 @@ def static_checks(spec: ModelSpec, trust: Trust, cluster_cpus: float) -> None:
                 keys = load_public_keys(list(trust.keys))
                 if trust.strict or keys:
                     verify_package(artifact.bundle, keys)
-            except PackageError as exc:
+                if encryption_of(artifact.bundle) is not None:
+                    # Before anything deploys: the key is there and opens this package.
+                    check_key(artifact.bundle, key_provider_from_env())
+            except (PackageError, KeyUnavailable) as exc:
                 raise GateFailed(f"{who}: package refused: {exc}") from exc
         try:
             path = artifact.resolve()

@@ -14,19 +14,17 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, use_span
+from opentelemetry.trace import SpanKind, Status, StatusCode, use_span
 from pydantic import BaseModel, ValidationError
 from ray import serve
 from ray.serve.handle import DeploymentResponseGenerator
 
-from serve.admission import QueueFull
+from serve.admission import QueueFull, Rerouted
 from serve.auth import authorized
 from serve.openai_api import (
     ChatCompletionRequest,
@@ -43,6 +41,8 @@ from serve.openai_api import (
     sse,
     validation_message,
 )
+from serve.openapi import openapi_response
+from serve.responses import ApiError, Scope, answer, replica_resource
 from serve.routing import ModelRoute, NoVersionServing, Version, build_routes
 from serve.specs import ModelSpec, Priority
 from serve.telemetry import Telemetry, TelemetryConfig, attrs, extract_context, inject_context
@@ -58,64 +58,6 @@ INGRESS_NAME = "ingress"
 PRIORITY_HEADER = "x-aiops-priority"
 MODEL_VERSION_HEADER = "x-aiops-model-version"
 M = TypeVar("M", bound=BaseModel)
-
-
-class ApiError(Exception):
-    """Raised inside a handler; becomes an OpenAI-style error response at the boundary."""
-
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.type, self.param, self.code = status, type_, param, code
-        self.headers = headers or {}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(error_body(str(self), self.type, self.param, self.code),
-                            status_code=self.status, headers=self.headers)
-
-
-@dataclass
-class _Scope:
-    """What one HTTP request carries through its handler: its span, ids and timing."""
-
-    route: str
-    span: Span
-    inference_id: str
-    started: float = field(default_factory=time.perf_counter)
-    target: Version | None = None
-    finished: bool = False
-
-    @property
-    def context(self) -> Any:
-        return trace.set_span_in_context(self.span)
-
-
-def _replica_resource(service: str, version: str) -> dict[str, str]:
-    ctx = serve.get_replica_context()
-    replica = getattr(ctx.replica_id, "unique_id", None) or str(ctx.replica_id)
-    return {
-        attrs.SERVICE_NAME: service,
-        attrs.SERVICE_VERSION: version,
-        attrs.SERVICE_INSTANCE_ID: replica,
-        attrs.SERVE_APP: ctx.app_name,
-        attrs.SERVE_DEPLOYMENT: ctx.deployment,
-        attrs.SERVE_REPLICA: replica,
-    }
-
-
-def _answer(make: Callable[..., dict[str, Any]], completion_id: str, target: Version,
-            out: dict[str, Any]) -> JSONResponse:
-    """A (chat) completion body from a model's result dict."""
-    return JSONResponse(make(
-        completion_id=completion_id, model=target.spec.name, text=out["text"],
-        finish_reason=out["finish_reason"], prompt_tokens=out["prompt_tokens"],
-        completion_tokens=out["completion_tokens"], fingerprint=_fingerprint(target)))
-
-
-def _fingerprint(target: Version) -> str:
-    """OpenAI's system_fingerprint: which backend configuration answered (version + digest)."""
-    return f"{target.version}:{target.digest.removeprefix('sha256:')[:12]}"
 
 
 # Serve pickles the ingress class by value; helpers it calls are defined above it.
@@ -134,7 +76,8 @@ class Ingress:
         self.sticky_header = "x-aiops-session"
         self.routes: dict[str, ModelRoute] = {}
         self.telemetry = Telemetry(self.telemetry_config,
-                                   _replica_resource(INGRESS_NAME, "0.3.0"), component="ingress")
+                                   replica_resource(INGRESS_NAME, "0.3.0"),
+                                   component="ingress")
         meter = self.telemetry.meter
         self.http_duration = meter.create_histogram(
             "http.server.request.duration", unit="s", description="Ingress request duration")
@@ -181,16 +124,16 @@ class Ingress:
         for v in self._versions():
             yield Observation(v.weight, self._labels(v))
 
-    def _start(self, request: Request, route: str) -> _Scope:
+    def _start(self, request: Request, route: str) -> Scope:
         inference_id = uuid.uuid4().hex
         span = self.telemetry.tracer.start_span(
             f"POST {route}", context=extract_context(dict(request.headers)),
             kind=SpanKind.SERVER,
             attributes={attrs.HTTP_METHOD: "POST", attrs.HTTP_ROUTE: route,
                         attrs.INFERENCE_ID: inference_id})
-        return _Scope(route, span, inference_id)
+        return Scope(route, span, inference_id)
 
-    def _finish(self, scope: _Scope, status: int, message: str | None = None) -> None:
+    def _finish(self, scope: Scope, status: int, message: str | None = None) -> None:
         if scope.finished:
             return
         scope.finished = True
@@ -239,8 +182,7 @@ class Ingress:
             message, param = validation_message(exc)
             raise ApiError(400, message, param=param) from exc
 
-    def _model(self, request: Request, name: str, capability: str, scope: _Scope,
-               raw: Any) -> Version:
+    def _route(self, request: Request, name: str, scope: Scope) -> Version:
         route = self.routes.get(name)
         if route is None:
             raise ApiError(404, f"model {name!r} does not exist; see GET /v1/models",
@@ -250,9 +192,14 @@ class Ingress:
         except NoVersionServing as exc:
             raise ApiError(503, str(exc), type_="server_error", code="no_version_serving",
                            headers={"Retry-After": "5"}) from exc
-        spec = target.spec
         scope.target = target
         scope.span.set_attributes(self._labels(target))
+        return target
+
+    def _model(self, request: Request, name: str, capability: str, scope: Scope,
+               raw: Any) -> Version:
+        target = self._route(request, name, scope)
+        spec = target.spec
         if capability not in spec.capabilities:
             raise ApiError(400, f"model {name!r} ({spec.model_type.value}) does not support "
                            f"{capability}", param="model", code="unsupported_capability")
@@ -274,21 +221,26 @@ class Ingress:
             raise ApiError(400, f"{PRIORITY_HEADER} must be one of "
                            f"{', '.join(p.value for p in Priority)}") from None
 
-    async def _admit(self, request: Request, target: Version) -> Any:
-        """Enter the version's admission gate; the caller must ``__aexit__`` the result."""
+    async def _admit(self, request: Request, target: Version, scope: Scope
+                     ) -> tuple[Any, Version]:
+        """Enter a version's admission gate: the slot (the caller must ``__aexit__`` it) and
+        the version, another one when the first stopped taking traffic while this waited."""
         priority = self._priority(request, target.spec)
-        if priority in target.shed:
-            raise ApiError(429, f"model {target.spec.name} is shedding {priority.value} load; "
-                           "retry later", type_="rate_limit_error", code="load_shed",
-                           headers={"Retry-After": "30"})
-        slot = target.gate.slot(priority)
-        try:
-            await slot.__aenter__()
-        except QueueFull as exc:
-            raise ApiError(429, str(exc), type_="rate_limit_error", code="queue_full",
-                           headers={"Retry-After": str(max(1, round(exc.retry_after_s)))}) \
-                from exc
-        return slot
+        while True:
+            if priority in target.shed:
+                raise ApiError(429, f"model {target.spec.name} is shedding {priority.value} "
+                               "load; retry later", type_="rate_limit_error", code="load_shed",
+                               headers={"Retry-After": "30"})
+            slot = target.gate.slot(priority)
+            try:
+                await slot.__aenter__()
+                return slot, target
+            except QueueFull as exc:
+                raise ApiError(429, str(exc), type_="rate_limit_error", code="queue_full",
+                               headers={"Retry-After": str(max(1, round(exc.retry_after_s)))}
+                               ) from exc
+            except Rerouted:  # not started: the version now serving takes it
+                target = self._route(request, target.spec.name, scope)
 
     async def _call(self, spec: ModelSpec, call: Awaitable[Any]) -> Any:
         try:
@@ -298,7 +250,7 @@ class Ingress:
                            f"{spec.qos.timeout_s:g} s", type_="timeout", code="timeout") from exc
 
     async def _endpoint(self, request: Request, route: str,
-                        handler: Callable[[Request, Any, _Scope], Awaitable[Response]]
+                        handler: Callable[[Request, Any, Scope], Awaitable[Response]]
                         ) -> Response:
         scope = self._start(request, route)
         response: Response
@@ -325,7 +277,7 @@ class Ingress:
         response.headers.update(headers)
         return response
 
-    def _carrier(self, scope: _Scope) -> dict[str, str]:
+    def _carrier(self, scope: Scope) -> dict[str, str]:
         carrier: dict[str, str] = {}
         inject_context(carrier, context=scope.context)
         return carrier
@@ -337,7 +289,11 @@ class Ingress:
         return {"status": "ok"}
 
     @api.get("/v1/models")
-    async def models(self) -> dict[str, Any]:
+    async def models(self, request: Request) -> Response:
+        try:  # what is served is not public where API keys are set (as at OpenAI)
+            self._authorize(request)
+        except ApiError as exc:
+            return exc.response()
         data = []
         for route in self.routes.values():
             s = route.primary.spec
@@ -347,7 +303,17 @@ class Ingress:
                 "modalities": list(s.modalities), "capabilities": sorted(s.capabilities),
                 "versions": [{"version": v.version, "weight": v.weight, "digest": v.digest}
                              for v in route.versions]})
-        return {"object": "list", "data": data}
+        return JSONResponse({"object": "list", "data": data})
+
+    @api.get("/v1/models/{model}/openapi.json")
+    async def model_openapi(self, request: Request, model: str,
+                            version: str | None = None) -> Response:
+        """The model's OpenAPI document, for client SDKs (serve/openapi.py)."""
+        try:
+            self._authorize(request)
+        except ApiError as exc:
+            return exc.response()
+        return openapi_response(self.routes.get(model), model, version)
 
     @api.post("/v1/chat/completions")
     async def chat_completions(self, request: Request) -> Response:
@@ -363,7 +329,7 @@ class Ingress:
 
     # -- handlers --------------------------------------------------------------------------
 
-    async def _chat(self, request: Request, raw: Any, scope: _Scope) -> Response:
+    async def _chat(self, request: Request, raw: Any, scope: Scope) -> Response:
         req = self._parse(ChatCompletionRequest, raw)
         images = [url for m in req.messages for url in m.image_urls()]
         target = self._model(request, req.model, "vision" if images else "chat", scope, raw)
@@ -378,7 +344,7 @@ class Ingress:
                 raise ApiError(400, f"model {spec.name} does not stream", param="stream")
             prompt = "\n".join(m.text() for m in req.messages)
             out = await self._admitted(request, target, scope, "see", blobs, prompt)
-            return _answer(chat_completion_body, completion_id, target, out)
+            return answer(chat_completion_body, completion_id, scope, out)
         payload = {"messages": [{"role": m.role, "content": m.text()} for m in req.messages],
                    "max_tokens": req.effective_max_tokens(), "temperature": req.temperature,
                    "seed": req.seed, "stop": list(req.stop_list())}
@@ -394,9 +360,9 @@ class Ingress:
             return await self._stream(request, target, payload, scope, include_usage, chat=True,
                                       completion_id=completion_id)
         out = await self._admitted(request, target, scope, "generate", payload)
-        return _answer(chat_completion_body, completion_id, target, out)
+        return answer(chat_completion_body, completion_id, scope, out)
 
-    async def _completion(self, request: Request, raw: Any, scope: _Scope) -> Response:
+    async def _completion(self, request: Request, raw: Any, scope: Scope) -> Response:
         req = self._parse(CompletionRequest, raw)
         target = self._model(request, req.model, "completions", scope, raw)
         payload = {"prompt": req.prompt, "max_tokens": req.max_tokens,
@@ -408,9 +374,9 @@ class Ingress:
             return await self._stream(request, target, payload, scope, include_usage, chat=False,
                                       completion_id=completion_id)
         out = await self._admitted(request, target, scope, "generate", payload)
-        return _answer(completion_body, completion_id, target, out)
+        return answer(completion_body, completion_id, scope, out)
 
-    async def _embeddings(self, request: Request, raw: Any, scope: _Scope) -> Response:
+    async def _embeddings(self, request: Request, raw: Any, scope: Scope) -> Response:
         req = self._parse(EmbeddingRequest, raw)
         target = self._model(request, req.model, "embeddings", scope, raw)
         spec = target.spec
@@ -418,11 +384,11 @@ class Ingress:
         return JSONResponse(embeddings_body(spec.name, out["vectors"], out["tokens"],
                                             req.encoding_format))
 
-    async def _admitted(self, request: Request, target: Version, scope: _Scope, method: str,
+    async def _admitted(self, request: Request, target: Version, scope: Scope, method: str,
                         *args: Any) -> dict[str, Any]:
         """Call ``method`` of the version's deployment inside an admission slot, with its
         deadline; the trace context and inference id go along."""
-        slot = await self._admit(request, target)
+        slot, target = await self._admit(request, target, scope)
         try:
             result: dict[str, Any] = await self._call(
                 target.spec, getattr(target.handle, method).remote(
@@ -432,10 +398,10 @@ class Ingress:
             await slot.__aexit__(None, None, None)
 
     async def _stream(self, request: Request, target: Version, payload: dict[str, Any],
-                      scope: _Scope, include_usage: bool, *, chat: bool,
+                      scope: Scope, include_usage: bool, *, chat: bool,
                       completion_id: str) -> StreamingResponse:
+        slot, target = await self._admit(request, target, scope)
         spec = target.spec
-        slot = await self._admit(request, target)
         handle = target.handle.options(stream=True)
         deltas = handle.stream.remote(payload, self._carrier(scope), scope.inference_id)
         assert isinstance(deltas, DeploymentResponseGenerator)  # stream=True above

@@ -25,6 +25,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, use_span
 from aiops.errors import ModelError
 from aiops.ledger import PROVENANCE_EVENT, canonical
 from serve.backends.base import (
+    Backend,
     ChatBackend,
     ChatMessage,
     Delta,
@@ -38,11 +39,21 @@ from serve.cpu import use_idle_cpu
 from serve.faults import FaultInjector
 from serve.gates import Trust, sample_image
 from serve.hardware import fingerprint
-from serve.packages import PackageError, load_public_keys, verify_package
-from serve.specs import Faults, ModelSpec
+from serve.hooks import ReplicaLedger, WarmupFailed, retire, warm_up
+from serve.keys import KeyUnavailable, key_provider_from_env
+from serve.packages import (
+    ENCRYPTING_BACKENDS,
+    PackageError,
+    check_key,
+    decrypt_artifact,
+    encryption_of,
+    load_public_keys,
+    verify_package,
+)
+from serve.specs import Artifact, Faults, ModelSpec
 from serve.telemetry import Telemetry, TelemetryConfig, attrs, extract_context
 
-__all__ = ["ModelReplica", "ReportsCacheUsage", "ReportsEngineMetrics"]
+__all__ = ["ModelReplica", "ReportsCacheUsage", "ReportsEngineMetrics", "start_backend"]
 
 _DONE = object()
 
@@ -79,6 +90,8 @@ class ModelReplica:
         self._provenance = (self.telemetry.logger_provider.get_logger("aiops.provenance")
                             if telemetry.provenance else None)
         self._hardware = fingerprint()
+        # What this replica did, for its archive record when it stops (serve.hooks).
+        self.ledger = ReplicaLedger(res.get(attrs.SERVICE_INSTANCE_ID, "local"))
         meter = self.telemetry.meter
         self.duration = meter.create_histogram(
             "gen_ai.server.request.duration", unit="s",
@@ -100,8 +113,8 @@ class ModelReplica:
         if spec.resources.cpu_class == "idle":
             # Before the backend starts its threads, so they inherit the class too.
             use_idle_cpu()
-        self.backend = get_backend(spec.backend)(spec)
-        self.backend.start()
+        self.backend = start_backend(spec)
+        self._closed = False  # close() has something to close from here on
         if isinstance(self.backend, ReportsEngineMetrics):
             from serve.backends.vllm_engine import ENGINE_METRICS
 
@@ -111,6 +124,15 @@ class ModelReplica:
                     description="The engine's own metric (counters are cumulative)")
         self._output = (jsonschema.Draft202012Validator(spec.output_schema)
                         if spec.output_schema else None)
+        # Pre-scale-out, last: Serve routes nothing here until the constructor returns.
+        try:
+            self.ledger.warmup = warm_up(self)
+        except WarmupFailed as exc:
+            self._closed = True
+            self.telemetry.shutdown()  # the failed warm-up's span and log reach the store
+            if not exc.timed_out:  # a timed-out warm-up may still be inside the backend
+                self.backend.shutdown()
+            raise
 
     async def self_test(self) -> dict[str, Any]:
         """The run-time validation gate (see ``serve.gates``): a sample inference and, when
@@ -178,6 +200,7 @@ class ModelReplica:
         span.set_status(Status(StatusCode.ERROR, str(exc)))
         span.record_exception(exc)
         self.requests.add(1, {**self.labels, "outcome": "error"})
+        self.ledger.failed += 1
         self.telemetry.logger.error("inference failed: %s", exc,
                                     extra={attrs.INFERENCE_ID: inference_id, **self.labels})
 
@@ -209,6 +232,8 @@ class ModelReplica:
         if isinstance(self.backend, ReportsCacheUsage):
             self.cache_gauge.set(self.backend.cache_usage(), self.labels)
         self._record_provenance(inference_id, input_hash)
+        self.ledger.succeeded(inference_id,
+                               input_hash if self._provenance is not None else None)
         self.telemetry.logger.info(
             "%s in %.3f s: %d input tokens, %d output tokens, %s", self.spec.model_type.value,
             elapsed, result.prompt_tokens, result.completion_tokens, result.finish_reason,
@@ -311,6 +336,11 @@ class ModelReplica:
                                       images, prompt))
 
     def close(self) -> None:
+        """Post-scale-in (``serve.hooks.retire``), then telemetry and the backend; once."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        retire(self)
         self.telemetry.shutdown()
         self.backend.shutdown()
 
@@ -332,11 +362,37 @@ def _check_trust(spec: ModelSpec, trust: Trust) -> None:
                              "packages")
         return
     keys = load_public_keys(list(trust.keys))
-    if trust.strict or keys:
-        try:
+    try:
+        if trust.strict or keys:
             verify_package(bundle, keys)
-        except PackageError as exc:
-            raise ModelError(f"{spec.name}:{spec.version}: package refused: {exc}") from exc
+        # A missing or wrong key is refused here, before telemetry or the backend start.
+        if encryption_of(bundle) is not None:
+            check_key(bundle, key_provider_from_env())
+    except (PackageError, KeyUnavailable) as exc:
+        raise ModelError(f"{spec.name}:{spec.version}: package refused: {exc}") from exc
+
+
+def start_backend(spec: ModelSpec) -> Backend:
+    """The spec's backend, started. An encrypted package is decrypted into memory first (key
+    from ``serve.keys.key_provider_from_env``); the backend loads from there, and the memory
+    files are released once it has read or mapped the weights."""
+    bundle = spec.artifact.bundle if spec.artifact is not None else None
+    try:
+        encrypted = bundle is not None and encryption_of(bundle) is not None
+        if not encrypted or bundle is None:
+            backend = get_backend(spec.backend)(spec)
+            backend.start()
+            return backend
+        if spec.backend not in ENCRYPTING_BACKENDS:
+            raise PackageError(f"backend {spec.backend!r} cannot serve encrypted weights")
+        plain = decrypt_artifact(bundle, key_provider_from_env())
+    except (PackageError, KeyUnavailable) as exc:
+        raise ModelError(f"{spec.name}:{spec.version}: package refused: {exc}") from exc
+    with plain:
+        backend = get_backend(spec.backend)(
+            spec.model_copy(update={"artifact": Artifact(path=plain.path)}))
+        backend.start()
+    return backend
 
 
 def input_digest(value: Any) -> str:

@@ -3,7 +3,8 @@
 The ingress rebuilds its routes from the routing table it receives in place (Serve
 ``user_config``); admission gates survive a rebuild so in-flight counts stay true. A request
 carrying the sticky header always lands on the same version for the same weights (its value is
-hashed onto the 0-100 line the weights divide); others are split at random.
+hashed onto the 0-100 line the weights divide); others are split at random. A version whose
+weight drops to 0 hands its waiting (not yet started) requests back to be routed again.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def _capacity(spec: ModelSpec) -> int:
 def build_routes(table: dict[str, Any], previous: dict[str, ModelRoute],
                  get_handle: Callable[[str, str], Any]) -> dict[str, ModelRoute]:
     gates = {v.deployment: v.gate for r in previous.values() for v in r.versions}
+    weights = {v.deployment: v.weight for r in previous.values() for v in r.versions}
     handles = {v.deployment: v.handle for r in previous.values() for v in r.versions}
     routes: dict[str, ModelRoute] = {}
     for name, entries in table["models"].items():
@@ -94,6 +96,8 @@ def build_routes(table: dict[str, Any], previous: dict[str, ModelRoute],
             handle = handles.get(e["deployment"]) or get_handle(e["deployment"], e["app"])
             validator = (jsonschema.Draft202012Validator(spec.input_schema)
                          if spec.input_schema else None)
+            if int(e["weight"]) == 0 and weights.get(e["deployment"], 0) > 0:
+                gate.reroute_waiting()  # rolled back: its queue goes to the serving version
             versions.append(Version(spec, e["app"], e["deployment"], int(e["weight"]),
                                     e["digest"], gate, validator, handle,
                                     frozenset(Priority(p) for p in e.get("shed", ()))))

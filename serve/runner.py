@@ -27,11 +27,13 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from aiops.auth import ADMIN_TOKEN_FILE, ensure_secret, stack_credential
 from aiops.config import Settings, load_settings
 from aiops.logs import configure_json_logging
-from collectors.ebpf.attribution import REPLICAS_FILE
+from collectors.ebpf.attribution import NODES_FILE, REPLICAS_FILE
 from serve.app import APP_NAME
+from serve.cluster import start_ray
 from serve.control import DeployFailed, ServeControl
 from serve.control_api import create_control_app
 from serve.gates import Trust
+from serve.nodes import NodeWatcher
 from serve.options import ServeOptions
 from serve.specs import ModelSpec
 from serve.telemetry import Telemetry, attrs
@@ -49,9 +51,10 @@ class ServeWatcher:
     """Polls Serve's status and exposes it as gauges (per model deployment)."""
 
     def __init__(self, options: ServeOptions, telemetry: Telemetry,
-                 replicas_file: Path | None = None) -> None:
+                 replicas_file: Path | None = None, nodes: NodeWatcher | None = None) -> None:
         self.options = options
         self.replicas_file = replicas_file
+        self.nodes = nodes
         self.by_deployment = {s.deployment_name: s for s in options.specs}
         self.app_name = options.app_name
         self.replicas: dict[str, int] = {}
@@ -89,28 +92,38 @@ class ServeWatcher:
         except Exception as exc:  # noqa: BLE001 - watching must never stop serving
             log.warning("serve.status() failed: %s", exc)
             return
-        replicas, healthy = {}, {}
+        running, healthy, settled = {}, {}, {}
         deployments = [(n, d) for app in apps.values() for n, d in app.deployments.items()]
         for name, dep in deployments:
-            if name in self.by_deployment:
-                replicas[name] = int(dep.replica_states.get(ReplicaState.RUNNING, 0))
-                # Scaling deployments still serve; UPDATING/UNHEALTHY ones may not.
-                healthy[name] = int(dep.status in ("HEALTHY", "UPSCALING", "DOWNSCALING"))
-        # Swapped whole: the metrics thread reads these while we poll.
-        self.replicas, self.healthy = replicas, healthy
+            running[name] = int(dep.replica_states.get(ReplicaState.RUNNING, 0))
+            # Scaling deployments still serve; UPDATING/UNHEALTHY ones may not.
+            healthy[name] = int(dep.status in ("HEALTHY", "UPSCALING", "DOWNSCALING"))
+            settled[name] = dep.status == "HEALTHY"
+        # Swapped whole: the metrics thread reads these while we poll. The gauges are the
+        # models'; the node watch also follows the ingress.
+        self.replicas = {n: v for n, v in running.items() if n in self.by_deployment}
+        self.healthy = {n: v for n, v in healthy.items() if n in self.by_deployment}
+        rows = self._replica_rows()
+        if rows is None:
+            return
         if self.replicas_file is not None:
-            self._write_replica_pids(self.replicas_file)
+            tmp = self.replicas_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(rows, indent=1))
+            tmp.replace(self.replicas_file)
+        if self.nodes is not None:
+            self.nodes.poll(rows, running, settled)
 
-    def _write_replica_pids(self, path: Path) -> None:
-        """Which process is which Serve replica, from Ray's actor table (GCS; no dashboard
-        needed). Actor names are ``SERVE_REPLICA::<app>#<deployment>#<replica id>``."""
+    def _replica_rows(self) -> list[dict[str, Any]] | None:
+        """Which process is which Serve replica on which node, from Ray's actor table (GCS;
+        no dashboard needed). Actor names are ``SERVE_REPLICA::<app>#<deployment>#<id>``."""
         try:
             from ray._private import state
 
             actors = state.actors().values()
         except Exception as exc:  # noqa: BLE001 - attribution is best effort
             log.warning("could not list Ray actors: %s", exc)
-            return
+            return None
+        names = self.nodes.cluster.names if self.nodes is not None else {}
         rows = []
         for actor in actors:
             name, pid = actor.get("Name") or "", actor.get("Pid")
@@ -119,12 +132,23 @@ class ServeWatcher:
             app, _, rest = name.removeprefix("SERVE_REPLICA::").partition("#")
             deployment, _, replica = rest.partition("#")
             spec = self.by_deployment.get(deployment)
+            node_id = str((actor.get("Address") or {}).get("NodeID") or "")
             rows.append({"pid": int(pid), "app": app, "deployment": deployment,
                          "replica": replica, "model": spec.name if spec else None,
-                         "version": spec.version if spec else None})
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rows, indent=1))
-        tmp.replace(path)
+                         "version": spec.version if spec else None,
+                         "node_id": node_id, "node": names.get(node_id)})
+        return rows
+
+
+def _failure(app: Any) -> str:
+    """Why an application failed: its failed deployments' last message lines (the replica's
+    exception, e.g. a refused key or a failed warm-up), else the application's own."""
+    lines = [d.message.strip().splitlines()[-1] for d in app.deployments.values()
+             if d.status == "DEPLOY_FAILED" and (d.message or "").strip()]
+    if lines:
+        return "; ".join(lines)
+    own = (app.message or "").strip().splitlines()
+    return own[-1] if own else "deploy failed"
 
 
 def ray_deployer(client: Any, timeout_s: float) -> Any:
@@ -140,11 +164,10 @@ def ray_deployer(client: Any, timeout_s: float) -> Any:
         time.sleep(0.5)  # let the controller pick the new config up before judging status
         while True:
             apps = serve.status().applications
-            failed = {n: apps[n].message for n in names
+            failed = {n: _failure(apps[n]) for n in names
                       if n in apps and apps[n].status == "DEPLOY_FAILED"}
             if failed:
-                raise DeployFailed("; ".join(f"{n}: {m.strip().splitlines()[-1]}"
-                                             for n, m in failed.items()))
+                raise DeployFailed("; ".join(f"{n}: {m}" for n, m in failed.items()))
             done = all(n in apps and apps[n].status == "RUNNING" and all(
                 d.status in ("HEALTHY", "UPSCALING", "DOWNSCALING")
                 for d in apps[n].deployments.values()) for n in names)
@@ -192,10 +215,7 @@ def run(settings: Settings, stop: threading.Event) -> None:
     ready.unlink(missing_ok=True)
     telemetry = Telemetry(options.telemetry, {attrs.SERVICE_NAME: "serve-driver",
                                               attrs.SERVE_APP: APP_NAME}, component="driver")
-    # address="local" always starts a new instance, never joins someone else's cluster.
-    ray.init(address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False,
-             logging_level=logging.WARNING, namespace=APP_NAME,
-             _metrics_export_port=settings.ray_metrics_port)
+    cluster = start_ray(settings, APP_NAME)
     admin: uvicorn.Server | None = None
     try:
         client = serve_start(http_options={"host": settings.serve_host,
@@ -206,9 +226,12 @@ def run(settings: Settings, stop: threading.Event) -> None:
             ray_deployer(client, settings.startup_timeout_s),
             state_file=Path(settings.data_dir) / STATE_FILE, tester=replica_tester,
             trust=Trust.from_setting(settings.strict_packages, settings.trusted_keys),
+            # The head's CPUs: the replicas must fit on it once a worker node is lost.
             cluster_cpus=float(settings.ray_num_cpus))
         control.deploy()
-        watcher = ServeWatcher(options, telemetry, Path(settings.data_dir) / REPLICAS_FILE)
+        nodes = NodeWatcher(cluster, telemetry, Path(settings.data_dir) / NODES_FILE)
+        watcher = ServeWatcher(options, telemetry, Path(settings.data_dir) / REPLICAS_FILE,
+                               nodes)
         watcher.poll()
         admin = uvicorn.Server(uvicorn.Config(
             create_control_app(control, admin_token(settings)), host=settings.serve_host,
@@ -228,8 +251,10 @@ def run(settings: Settings, stop: threading.Event) -> None:
             admin.should_exit = True
         ready.unlink(missing_ok=True)
         (Path(settings.data_dir) / REPLICAS_FILE).unlink(missing_ok=True)
+        (Path(settings.data_dir) / NODES_FILE).unlink(missing_ok=True)
         telemetry.shutdown()
         ray.shutdown()
+        cluster.shutdown()
 
 
 def main() -> None:

@@ -8,6 +8,8 @@ request to it may contain (``input_schema``, JSON Schema), what its replicas nee
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import hashlib
 import importlib.util
@@ -26,12 +28,16 @@ __all__ = [
     "DEFAULT_SPECS_FILE",
     "Artifact",
     "Autoscaling",
+    "Hooks",
     "ModelSpec",
     "ModelType",
+    "PostScaleIn",
     "Priority",
     "QoS",
     "Resources",
     "SpecError",
+    "Warmup",
+    "WarmupRequest",
     "load_specs",
 ]
 
@@ -201,6 +207,62 @@ class Faults(_Strict):
         return self != Faults()
 
 
+class WarmupRequest(_Strict):
+    """One warm-up inference. What it needs follows the model's type: chat and embedding
+    models take ``text``; vision models take ``image`` (or a built-in sample image)."""
+
+    text: str | None = Field(None, description="Chat models: the user message; embedding "
+                             "models: the text to embed; vision models: the prompt.")
+    max_tokens: int = Field(1, ge=1, le=256, description="Chat models: tokens to generate.")
+    image: str | None = Field(None, description="Vision models: a base64 PNG or JPEG; absent: "
+                              "a small built-in image with text on it.")
+
+    @model_validator(mode="after")
+    def _image_is_base64(self) -> WarmupRequest:
+        if self.image is not None:
+            try:
+                base64.b64decode(self.image, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError(f"image is not base64: {exc}") from exc
+        return self
+
+
+class Warmup(_Strict):
+    """Pre-scale-out: inferences a new replica runs in its constructor, so before Serve
+    routes it any traffic (Serve routes to a replica only once its constructor returns)."""
+
+    requests: list[WarmupRequest] = Field(
+        default_factory=list, description="Empty: the model type's default (chat: 'Say OK.' "
+        "with max_tokens 1; embedding: one short text; vision: a small image with text).")
+    count: int = Field(1, ge=1, le=100, description="Times the request list runs.")
+    timeout_s: float = Field(
+        120.0, gt=0, description="Bound on the whole warm-up. A request that fails (or an "
+        "output that violates output_schema) or a warm-up over this bound fails the "
+        "replica's start: the deploy fails, naming the reason.")
+
+
+class PostScaleIn(_Strict):
+    """Post-scale-in: what a replica does when Serve stops it (scale-in, redeploy, stack
+    shutdown), after its in-flight requests have drained."""
+
+    archive: bool = Field(
+        True, description="Emit the replica's archive record (log event "
+        "aiops.replica.retired): replica, model@version, artifact digest, hardware, uptime, "
+        "requests served and failed, a digest of its provenance entries, resources released.")
+    flush: bool = Field(True, description="Force-flush the replica's spans, logs and metrics "
+                        "(within timeout_s) before its providers shut down.")
+    timeout_s: float = Field(5.0, gt=0, le=8, description="Bound on the flush; Serve kills a "
+                             "replica 10 s after it starts stopping it.")
+
+
+class Hooks(_Strict):
+    """Elastic-scaling hooks (docs/models.md, Scaling hooks)."""
+
+    warmup: Warmup | None = Field(None, description="Absent: no warm-up; {}: the model "
+                                  "type's default warm-up request, once.")
+    post_scale_in: PostScaleIn = PostScaleIn()
+
+
 _CAPABILITIES: dict[ModelType, frozenset[str]] = {
     ModelType.LLM: frozenset({"chat", "completions"}),
     ModelType.EDGE: frozenset({"chat", "completions"}),
@@ -233,6 +295,8 @@ class ModelSpec(_Strict):
         default_factory=list, description="Priority classes the ingress refuses (429 with "
         "Retry-After) while load is shed; set at run time by the control plane.")
     autoscaling: Autoscaling = Autoscaling()
+    hooks: Hooks = Field(Hooks(), description="Elastic-scaling hooks: warm-up before a new "
+                         "replica takes traffic, archive after it stops.")
     options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific.")
     python: Path | None = Field(
         None, description="Interpreter of a virtualenv to run this model's replicas in (for "
@@ -246,6 +310,18 @@ class ModelSpec(_Strict):
                 jsonschema.Draft202012Validator.check_schema(schema)
             except jsonschema.SchemaError as exc:
                 raise ValueError(f"{field} is not a valid JSON Schema: {exc.message}") from exc
+        return self
+
+    @model_validator(mode="after")
+    def _warmup_fits_the_model(self) -> ModelSpec:
+        caps = self.capabilities
+        for i, r in enumerate(self.hooks.warmup.requests if self.hooks.warmup else []):
+            where = f"hooks.warmup.requests[{i}]"
+            if r.image is not None and "vision" not in caps:
+                raise ValueError(f"{where}: an image, but {self.model_type.value} models "
+                                 "take none")
+            if r.image is None and caps & {"chat", "embeddings"} and r.text is None:
+                raise ValueError(f"{where}: {self.model_type.value} models need 'text'")
         return self
 
     def artifact_path(self) -> Path:

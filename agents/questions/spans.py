@@ -12,6 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from aiops.analytics.findings import NOT_WARMUP
+
 __all__ = ["FAILED", "HTTP_STATUS", "MODEL", "REPLICA", "VERSION", "column", "label",
            "percentile_columns", "roots", "where"]
 
@@ -42,8 +44,9 @@ def roots(since: datetime, until: datetime, model: str | None, version: str | No
           ) -> tuple[str, list[Any]]:
     """``FROM spans WHERE ...``: root spans of requests to a model (every model when None)."""
     clause, params = where("start_time", since, until, (MODEL, model), (VERSION, version))
-    return (f"FROM spans\n{clause}\n  AND parent_span_id IS NULL AND {MODEL} IS NOT NULL",
-            params)
+    # Warm-up requests a replica ran on itself before taking traffic are not users'.
+    return (f"FROM spans\n{clause}\n  AND parent_span_id IS NULL AND {MODEL} IS NOT NULL"
+            f"\n  AND {NOT_WARMUP}", params)
 
 
 def percentile_columns(percentiles: list[float]) -> str:

@@ -19,23 +19,26 @@ __all__ = ["context_evidence"]
 
 NS = 1_000_000_000
 
+# Bounded in time as well (the traces are the window's; their logs are not older than the
+# lookback): a random trace id prunes nothing, the time column's zone maps prune the rest.
 _LOGS = """
 SELECT trace_id, severity_text, body FROM logs
-WHERE trace_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY time LIMIT 50
+WHERE trace_id IN (SELECT unnest(?::VARCHAR[])) AND time > make_timestamp_ns(?)
+ORDER BY time LIMIT 50
 """
 
 _DURATION = """
 SELECT attributes->>'aiops.model.version' = ? AS mine, epoch_ns(time) > ? AS current,
        sum(sum) / nullif(sum(count), 0) AS mean_s, sum(count) AS n
 FROM metric_points
-WHERE name = 'gen_ai.server.request.duration' AND epoch_ns(time) > ?
+WHERE name = 'gen_ai.server.request.duration' AND time > make_timestamp_ns(?)
   AND attributes->>'gen_ai.request.model' = ?
 GROUP BY ALL
 """
 
 _FIRST_SEEN = f"""
 SELECT {SPAN_VERSION} AS version, min(epoch_ns(start_time)) AS first_ns
-FROM spans WHERE service_name = ? AND epoch_ns(start_time) > ? GROUP BY ALL
+FROM spans WHERE service_name = ? AND start_time > make_timestamp_ns(?) GROUP BY ALL
 """
 
 
@@ -47,7 +50,8 @@ def context_evidence(store: Store, cause: RankedCause, now_ns: int, window_s: fl
     traces = sorted({e.id for e in cause.evidence if e.kind == EvidenceKind.TRACE and e.id})
     if traces:
         miner = templates or LogTemplates()
-        for trace_id, severity, body in store.query(_LOGS, [traces]).rows:
+        since = now_ns - int(lookback_s * NS)
+        for trace_id, severity, body in store.query(_LOGS, [traces, since]).rows:
             match = miner.add(body or "")
             out.append({"kind": "log_template", "id": match.template, "trace_id": trace_id,
                         "severity": severity, "template_id": match.template_id})

@@ -19,6 +19,8 @@ from aiops.analytics.findings import Finding
 from aiops.analytics.incidents import Incident, IncidentTracker, to_table
 from aiops.analytics.kernel import kernel_findings
 from aiops.analytics.logstream import LogDetector
+from aiops.analytics.metric_stream import MetricStream
+from aiops.analytics.nodes import node_findings
 from aiops.analytics.slo import BurnWindow, Objective, burn_findings, parse_windows
 from aiops.analytics.topology import ServiceMap, mesh_calls
 from aiops.analytics.traces import TraceThresholds, trace_findings
@@ -42,6 +44,9 @@ class AnalyzerConfig:
     # Mesh metrics' source -> destination calls: re-read this often, over this much history.
     mesh_every_s: float = 60.0
     mesh_history_s: float = 900.0
+    # This server's ports: retransmits on a replica's telemetry export to it say how busy
+    # the observer is, not that the replica's network is faulty.
+    own_ports: tuple[int, ...] = ()
 
 
 def models_from_specs(models_file: Path | None) -> tuple[str, ...]:
@@ -67,6 +72,8 @@ def objectives_from_specs(models_file: Path | None) -> tuple[Objective, ...]:
 @dataclass
 class AnalyzerStats:
     rounds: int = 0
+    last_round_s: float = 0.0  # how long the last round took (detectors, folding, writes)
+    max_round_s: float = 0.0
     findings: int = 0
     incidents_written: int = 0
     detector_failures: dict[str, int] = field(default_factory=dict)
@@ -86,6 +93,7 @@ class Analyzer:
         self._mesh = ServiceMap()
         self._mesh_read_ns: int | None = None
         self.logs = LogDetector()
+        self.metrics = MetricStream()  # context for incidents, not a finding (see its module)
         self.templates = self.logs.templates
         self.stats = AnalyzerStats()
         self._stop = threading.Event()
@@ -117,9 +125,13 @@ class Analyzer:
         c = self.config
         detectors: dict[str, Callable[[], list[Finding]]] = {
             "slo_burn": lambda: burn_findings(self.store, c.objectives, list(c.windows), now_ns),
-            "traces": lambda: trace_findings(self.store, now_ns, c.traces),
-            "kernel": lambda: kernel_findings(self.store, now_ns, c.traces.window_s),
+            "traces": lambda: trace_findings(self.store, now_ns, c.traces, {
+                o.model: o.latency_ms for o in c.objectives if o.latency_ms}),
+            "kernel": lambda: kernel_findings(self.store, now_ns, c.traces.window_s,
+                                              exclude_peer_ports=c.own_ports),
             "logs": lambda: self.logs.findings(self.store, now_ns),
+            "nodes": lambda: node_findings(self.store, now_ns),
+            "metrics": lambda: self._stream_metrics(now_ns),
         }
         found: list[Finding] = []
         for name, run in detectors.items():
@@ -130,9 +142,14 @@ class Analyzer:
                 log.warning("detector %s failed: %s", name, exc)
         return found
 
+    def _stream_metrics(self, now_ns: int) -> list[Finding]:
+        self.metrics.update(self.store, now_ns)
+        return []  # anomalies are context for incidents (aiops/analytics/metric_stream.py)
+
     def step(self, now_ns: int | None = None) -> list[Incident]:
         """One round: detect, fold into incidents, persist what changed."""
         now_ns = now_ns if now_ns is not None else self.clock()
+        started = time.perf_counter()
         self._read_mesh(now_ns)
         findings = self.detect(now_ns)
         changed = self.tracker.update(findings, now_ns)
@@ -140,7 +157,9 @@ class Analyzer:
             if inc.causes and inc.status != "resolved":
                 inc.extra_evidence = context_evidence(
                     self.store, inc.causes[0], now_ns, self.config.traces.window_s,
-                    templates=self.templates)
+                    templates=self.templates) + self.metrics.for_model(
+                    inc.causes[0].entity.service,
+                    inc.onset_ns - int(self.config.traces.window_s * 1e9))
         if changed:
             self.store.append("incidents", to_table(changed))
             for inc in changed:
@@ -148,6 +167,8 @@ class Analyzer:
         if self.on_round is not None:
             self.on_round(self.tracker, changed, now_ns)
         self.stats.rounds += 1
+        self.stats.last_round_s = time.perf_counter() - started
+        self.stats.max_round_s = max(self.stats.max_round_s, self.stats.last_round_s)
         self.stats.findings += len(findings)
         self.stats.incidents_written += len(changed)
         return changed

@@ -17,10 +17,13 @@ from typing import Any
 
 from aiops.analytics.rca import Evidence, EvidenceKind, FaultClass
 
-__all__ = ["SPAN_VERSION", "Entity", "Evidence", "EvidenceKind", "FaultClass", "Finding"]
+__all__ = ["NOT_WARMUP", "SPAN_VERSION", "Entity", "Evidence", "EvidenceKind", "FaultClass",
+           "Finding"]
 
 SPAN_VERSION = ("coalesce(attributes->>'aiops.model.version', "
                 "resource_attributes->>'service.version')")
+# A new replica's warm-up inference (spec hooks.warmup) served no user: not a request.
+NOT_WARMUP = "coalesce(attributes->>'aiops.warmup', '') <> 'true'"
 
 
 @dataclass(frozen=True, order=True)
@@ -50,6 +53,7 @@ class Finding:
     summary: str
     evidence: list[Evidence] = field(default_factory=list)
     about: str | None = None  # the model served, when the entity is a caller (the ingress)
+    node: str | None = None  # the Ray node at fault, for a node-level finding (a lost node)
 
     @property
     def subject(self) -> str:

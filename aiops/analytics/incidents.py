@@ -29,9 +29,11 @@ from aiops.schema import INCIDENTS
 
 __all__ = ["Incident", "IncidentTracker", "RankedCause", "Status", "rank_causes", "to_table"]
 
-CAUSE_CLASSES = (FaultClass.CRASH, FaultClass.MEMORY, FaultClass.CPU, FaultClass.NETWORK)
-CAUSE_DEPTH = {FaultClass.MEMORY: 4, FaultClass.CRASH: 3, FaultClass.CPU: 2,
-               FaultClass.NETWORK: 1}
+CAUSE_CLASSES = (FaultClass.NODE, FaultClass.CRASH, FaultClass.MEMORY, FaultClass.CPU,
+                 FaultClass.NETWORK)
+# A lost node is the deepest: its replicas' exits (crashes) and failed requests follow from it.
+CAUSE_DEPTH = {FaultClass.NODE: 5, FaultClass.MEMORY: 4, FaultClass.CRASH: 3,
+               FaultClass.CPU: 2, FaultClass.NETWORK: 1}
 CALLER_DISCOUNT = 0.5
 INGRESS = "ingress"
 
@@ -50,10 +52,12 @@ class RankedCause:
     confidence: float
     detectors: list[str]
     evidence: list[Evidence]
+    node: str | None = None  # the Ray node at fault (fault class node)
 
     def to_json(self) -> dict[str, Any]:
         return {"entity": str(self.entity), "service": self.entity.service,
                 "version": self.entity.version, "replica": self.entity.replica,
+                "node": self.node,
                 "fault_class": str(self.fault_class), "score": round(self.score, 3),
                 "confidence": round(self.confidence, 3), "detectors": self.detectors,
                 "evidence": [_evidence_json(e) for e in self.evidence]}
@@ -98,7 +102,7 @@ def rank_causes(findings: list[Finding], calls: ServiceMap | None = None
                        next(iter(replicas)) if len(replicas) == 1 else None)
         evidence = [e for f in sorted(fs, key=lambda f: -f.score) for e in f.evidence]
         causes.append(RankedCause(named, lead.fault_class, score, 0.0,
-                                  sorted({f.detector for f in fs}), evidence))
+                                  sorted({f.detector for f in fs}), evidence, lead.node))
     total = sum(c.score for c in causes) or 1.0
     for c in causes:
         c.confidence = c.score / total
@@ -136,6 +140,9 @@ class Incident:
         if not self.causes:
             return f"{self.service}: anomalies"
         top = self.causes[0]
+        if top.node:
+            lead = next(f for f in self.findings.values() if f.node == top.node)
+            return f"{top.fault_class} {top.node} under {top.entity}: {lead.summary}"
         lead = max(self.findings.values(), key=lambda f: f.score)
         return f"{top.fault_class} on {top.entity}: {lead.summary}"
 

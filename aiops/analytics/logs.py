@@ -1,37 +1,50 @@
-"""Log templates: a streaming miner (Drain, via drain3) and new-template / template-rate anomalies.
+"""Log templates: a streaming miner (Drain, via drain3), and the package's log-template API.
 
 A log body goes through three steps, the same for every system (nothing here is tuned per source):
 
-1. *Masking*: values whose shape gives them away (timestamps, IPs, hex, UUIDs, paths, numbers,
-   ``prefix_123`` ids) become typed masks such as ``<:NUM:>``, so that they never split a template.
-2. *Clustering*: drain3's prefix tree groups the masked token sequences. On top of its clusters
-   this module keeps, per token position, a finer merge (``rhost=1.2.3.4`` and ``rhost=5.6.7.8``
-   give ``rhost=<*>``, not ``<*>``) and the few distinct words a position takes: a position that
-   only ever holds a handful of digit-free words (``startup``/``shutdown``, ``SCREEN_ON``/``OFF``)
-   is an enumeration, part of the template, not a variable.
-3. *Canonical form*: :func:`to_loghub` writes the result in the Loghub-2.0 convention (``<*>`` for
-   every variable, the benchmark's template-correction rules), so templates can be scored against
-   published ground truth and read the same way live.
+1. *Masking* (:mod:`aiops.analytics.logmasks`): values whose shape gives them away become typed
+   masks such as ``<:NUM:>``, so that they never split a template.
+2. *Clustering* (here): drain3's prefix tree groups the masked token sequences, and a cluster that
+   comes out like one elsewhere in the tree (same length, most tokens equal: a variable word in
+   front, where Drain's tree expects constants) joins its group. Per group and token position
+   this module keeps a finer merge (``rhost=1.2.3.4`` and ``rhost=5.6.7.8`` give ``rhost=<*>``,
+   not ``<*>``) and the few distinct words a position takes: a position that only ever holds a
+   handful of digit-free words (``startup``/``shutdown``, ``SCREEN_ON``/``OFF``) is an
+   enumeration, part of the template, not a variable.
+3. *Canonical form* (:func:`~aiops.analytics.logmasks.to_loghub`): the result in the Loghub-2.0
+   convention, so templates can be scored against published ground truth and read the same way
+   live.
 
-:class:`TemplateRateDetector` then counts messages per template and time bucket and reports
-templates never seen before and buckets whose count departs from the template's robust baseline.
+No rule names a system or its format. Which parameters were chosen on which data, and how the
+miner does on a system left out of that choice, is :mod:`aiops.evals.loghub_loso`'s report.
+
+New-template and template-rate anomalies are :mod:`aiops.analytics.logrates`'
+(:class:`TemplateRateDetector`); this module re-exports them, with :data:`MASKS` and
+:func:`to_loghub`, so that ``aiops.analytics.logs`` stays the one import for all of it.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections import deque
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
-import numpy as np
-import numpy.typing as npt
 from drain3 import TemplateMiner
-from drain3.masking import MaskingInstruction
 from drain3.template_miner_config import TemplateMinerConfig
-from scipy import stats
+
+from aiops.analytics.logmasks import (
+    _DRAIN_WILDCARD,
+    _MASK_RE,
+    _MASKER,
+    _PREFIX,
+    _SUFFIX,
+    MASKS,
+    WILDCARD,
+    _mask,
+    to_loghub,
+)
+from aiops.analytics.logrates import TemplateAnomaly, TemplateRateDetector
 
 __all__ = [
     "MASKS",
@@ -43,41 +56,6 @@ __all__ = [
     "mine",
     "to_loghub",
 ]
-
-WILDCARD = "<*>"
-# drain3 writes masks as prefix + name + suffix; "<:" ... ":>" cannot be confused with text in a
-# log (a literal "<*>" or "<init>"), and Drain's own wildcard becomes "<:*:>".
-_PREFIX, _SUFFIX = "<:", ":>"
-_DRAIN_WILDCARD = f"{_PREFIX}*{_SUFFIX}"
-_MASK_RE = re.compile(r"<:[A-Z*]+:>")
-
-_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
-_DAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
-# Lookarounds instead of \b: a value ends at anything that is not a letter, digit or underscore.
-_L, _R = r"(?<![A-Za-z0-9_])", r"(?![A-Za-z0-9_])"
-
-# (mask name, pattern), applied in order: the most specific shapes first.
-MASKS: tuple[tuple[str, str], ...] = (
-    # ctime / date(1): "Fri Jul 01 08:16:53 PDT 2005".
-    ("TIME", rf"{_L}{_DAY}\s+{_MONTH}\s+\d{{1,2}}\s+\d{{1,2}}:\d{{2}}:\d{{2}}"
-             rf"(?:\s+[A-Z]{{3,4}})?(?:\s+\d{{4}})?{_R}"),
-    ("TIME", rf"{_L}\d{{4}}-\d{{2}}-\d{{2}}[T ]\d{{2}}:\d{{2}}:\d{{2}}(?:[.,]\d+)?"
-             rf"(?:Z|[+-]\d{{2}}:?\d{{2}})?{_R}"),
-    ("UUID", rf"{_L}[0-9a-fA-F]{{8}}-(?:[0-9a-fA-F]{{4}}-){{3}}[0-9a-fA-F]{{12}}{_R}"),
-    ("IP", rf"{_L}\d{{1,3}}(?:\.\d{{1,3}}){{3}}{_R}"),
-    # MAC addresses and other colon-separated byte strings.
-    ("MAC", rf"{_L}[0-9A-Fa-f]{{2}}(?::[0-9A-Fa-f]{{2}}){{3,}}{_R}"),
-    ("HEX", rf"{_L}0[xX][0-9a-fA-F]+{_R}"),
-    # Bare hex words: at least 8 hex digits with a digit and a letter among them.
-    ("HEX", rf"{_L}(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{{8,}}{_R}"),
-    # An absolute path, wherever a value may start (line start, space, quote, bracket, =, :).
-    ("PATH", r"(?:^|(?<=[\s'\"(\[=:,]))(?:/+[\w.\-@+~%]+)+/?"),
-    # Prefixed ids: blk_-123, job_1445_0001, attempt_12.
-    ("ID", rf"{_L}[A-Za-z][A-Za-z0-9]*_-?\d+(?:_\d+)*{_R}"),
-    # Numbers, versions (v1.2.3) and words that start with a digit (16K, 0MB, 80x25, 8a2a501).
-    ("NUM", rf"{_L}[-+]?[vV]?\d+(?:\.\d+)*{_R}"),
-    ("NUM", rf"{_L}\d[A-Za-z0-9]*{_R}"),
-)
 
 
 @dataclass(frozen=True)
@@ -96,44 +74,6 @@ class Template:
     template_id: int
     template: str
     count: int
-
-
-# -- canonical (Loghub-2.0) form -------------------------------------------------------------
-
-# The benchmark's template-correction rules (Khan et al., ICSE 2022, as used by Loghub-2.0 to
-# correct its ground truth): the same delimiters, applied to predicted templates so that both
-# sides follow one convention.
-_PATH_DELIMS = r"(\s|,|!|;|:|=|\||\"|'|\[|\]|\(|\)|\{|\})"
-_TOKEN_DELIMS = r"(\s|,|!|;|:|=|\||\"|'|\[|\]|\(|\)|\{|\}|\.|-|\+|@|#|\$|%|&)"
-_PLACEHOLDER_WORDS = frozenset({"true", "false", "null", "root", "admin"})
-
-
-def to_loghub(template: str) -> str:
-    """Write a template in the Loghub-2.0 convention: masks become ``<*>``, then the benchmark's
-    correction rules (paths, booleans and default user names, digits, words glued to a variable,
-    dot-separated and adjacent variables)."""
-    text = _MASK_RE.sub(WILDCARD, template)
-    text = re.sub(r"\s+", " ", text.strip())
-    text = "".join(WILDCARD if re.fullmatch(r"(/[^/]+)+", t) else t
-                   for t in re.split(_PATH_DELIMS, text))
-    text = "".join(_correct_token(t) for t in re.split(_TOKEN_DELIMS, text))
-    text = _collapse(text, "<*>.<*>")
-    return _collapse(text, "<*><*>")
-
-
-def _correct_token(token: str) -> str:
-    if token.lower() in _PLACEHOLDER_WORDS or token.isdecimal():
-        return WILDCARD
-    # A word glued to a variable is one variable; "<*>/<*>" stays (a slash is not a delimiter).
-    if re.fullmatch(r"[^\s/]*<\*>[^\s/]*", token) and token != "<*>/<*>":
-        return WILDCARD
-    return token
-
-
-def _collapse(text: str, pair: str) -> str:
-    while pair in text:
-        text = text.replace(pair, WILDCARD)
-    return text
 
 
 # -- the miner -------------------------------------------------------------------------------
@@ -161,243 +101,207 @@ def _merge(a: str, b: str) -> str:
 _GLUED_MASK = re.compile(r"\w<:|:>[\w.]")
 
 
-def _is_word(token: str) -> bool:
-    """A value that could be part of an enumeration: no digits outside its masks, and no mask
-    glued to a word or a dot (``<:NUM:>.dsl.example.net`` is a host name, a variable)."""
+def _enum_key(token: str) -> str | None:
+    """What ``token`` is to an enumeration: a word (itself: no digits outside its masks, and no
+    mask glued to a word or a dot, as in the host name ``<:NUM:>.dsl.example.net``), a bare
+    value (masks and punctuation only, ``<:IP:>:<:NUM:>``: all such values are one value, the
+    wildcard), or neither (``None``: a variable, so the position is no enumeration)."""
     if _GLUED_MASK.search(token):
-        return False
-    return not any(c.isdigit() for c in _MASK_RE.sub("", token))
+        return None
+    rest = _MASK_RE.sub("", token)
+    if any(c.isdigit() for c in rest):
+        return None
+    if rest != token and not any(c.isalpha() for c in rest):
+        return _DRAIN_WILDCARD
+    return token
 
 
 @dataclass
 class _Slot:
-    """One token position of a cluster: its merged token and the distinct values it took,
-    while they stay few (``None`` once they are too many to be an enumeration)."""
+    """A token position of a group: its merged token and distinct values (:func:`_enum_key`),
+    ``None`` once they are too many or one is a variable (no enumeration)."""
 
     merged: str
     values: set[str] | None
 
 
 @dataclass
-class _Cluster:
+class _Group:
+    """One template group: a Drain cluster and the clusters that joined it."""
+
     slots: list[_Slot]
+    members: set[int]  # Drain cluster ids
     count: int = 0
 
     def update(self, tokens: list[str], enum_max: int) -> None:
         self.count += 1
         for slot, token in zip(self.slots, tokens, strict=True):
             slot.merged = _merge(slot.merged, token)
-            if slot.values is not None and token not in slot.values:
-                slot.values.add(token)
-                if len(slot.values) > enum_max or not all(map(_is_word, slot.values)):
+            if slot.values is not None:
+                key = _enum_key(token)
+                if key is None:
                     slot.values = None
+                else:
+                    slot.values.add(key)
+                    slot.values = slot.values if len(slot.values) <= enum_max else None
 
-    def render(self, tokens: list[str] | None) -> str:
-        """The template of ``tokens`` (a message of this cluster), or of the cluster itself."""
-        out = []
-        for i, slot in enumerate(self.slots):
-            enumerated = slot.values is not None and len(slot.values) > 1
-            # In an enumeration the message's own value is part of its template.
-            out.append(tokens[i] if enumerated and tokens is not None else slot.merged)
+    def absorb(self, other: _Group, enum_max: int) -> None:
+        self.count += other.count
+        self.members |= other.members
+        for slot, theirs in zip(self.slots, other.slots, strict=True):
+            slot.merged = _merge(slot.merged, theirs.merged)
+            values = (slot.values or set()) | (theirs.values or set())
+            both = slot.values is not None and theirs.values is not None
+            slot.values = values if both and len(values) <= enum_max else None
+
+    def enumerated(self, enum_support: float) -> list[bool]:
+        """Positions that are enumerations: a few words, seen ``enum_support`` times each on
+        average (three users in three messages may as well be a variable)."""
+        return [slot.values is not None and len(slot.values) > 1
+                and self.count >= enum_support * len(slot.values) for slot in self.slots]
+
+    def render(self, tokens: list[str] | None, enum_support: float) -> str:
+        """The template of ``tokens`` (a message of this group), or of the group itself."""
+        out = [s.merged for s in self.slots]
+        for i, enum in enumerate(self.enumerated(enum_support)):
+            # In an enumeration the message's own word is part of its template.
+            if enum and tokens is not None:
+                out[i] = tokens[i] if tokens[i] in (self.slots[i].values or ()) else _DRAIN_WILDCARD
         return to_loghub(" ".join(out))
 
 
 class LogTemplates:
-    """Streaming template miner: one instance per log stream (service, system)."""
+    """Streaming template miner: one instance per log stream (service, system).
+
+    ``sim_th`` and ``depth`` are drain3's; ``enum_max`` is the most distinct words a position
+    may take and still be an enumeration (0: never), ``enum_support`` how many messages per
+    distinct word it needs. ``join_th``: a new or generalised Drain cluster joins the group of
+    a cluster of the same length elsewhere in Drain's prefix tree when that share of their
+    tokens agree (drain3's full-search similarity; ``None``: never). Drain's tree takes the
+    first tokens for constants, so a variable word in front (a program or host name) gives a
+    cluster per value; joining undoes that, and the enumeration rule still keeps apart a few
+    recurring words.
+
+    The defaults are frozen: the setting that :mod:`aiops.evals.loghub_loso` chooses on all
+    seven Loghub-2.0 2k systems at hand; its leave-one-system-out figures are the ones that
+    speak for other systems.
+    """
 
     def __init__(self, *, sim_th: float = 0.5, depth: int = 4, max_children: int = 100,
-                 max_clusters: int | None = None, enum_max: int = 3) -> None:
+                 max_clusters: int | None = None, enum_max: int = 3,
+                 enum_support: float = 1.0, join_th: float | None = 0.8) -> None:
         config = TemplateMinerConfig()
         config.drain_sim_th = sim_th
         config.drain_depth = depth
         config.drain_max_children = max_children
         config.drain_max_clusters = max_clusters
         config.mask_prefix, config.mask_suffix = _PREFIX, _SUFFIX
-        config.masking_instructions = [MaskingInstruction(p, name) for name, p in MASKS]
+        config.masking_instructions = list(_MASKER.masking_instructions)
         config.parametrize_numeric_tokens = True
         self._miner = TemplateMiner(config=config)
-        self._clusters: dict[int, _Cluster] = {}
-        self._enum_max = enum_max
+        self._group_of: dict[int, int] = {}  # Drain cluster id -> group id
+        self._alias: dict[int, int] = {}  # id of a group that joined another -> that group
+        self._groups: dict[int, _Group] = {}
+        self._enum_max, self._enum_support = enum_max, enum_support
+        self._join_th = join_th
         self._max_clusters = max_clusters
 
     def tokens(self, body: str) -> list[str]:
         """The masked tokens Drain sees for ``body``."""
-        drain = self._miner.drain
-        return list(drain.get_content_as_tokens(self._miner.masker.mask(body)))
+        return list(self._miner.drain.get_content_as_tokens(_mask(body)))
 
     def add(self, body: str) -> TemplateMatch:
+        gid, tokens, is_new = self._add(body)
+        return TemplateMatch(gid, self._render(gid, tokens), is_new)
+
+    def _add(self, body: str) -> tuple[int, list[str], bool]:
         # drain3's own add_log_message hides the masked tokens, which the slots need; calling
-        # its masker and Drain directly masks each body once.
-        masked = self._miner.masker.mask(body)
-        cluster, change = self._miner.drain.add_log_message(masked)
-        tokens = self._miner.drain.get_content_as_tokens(masked)
+        # the masker and Drain directly masks each body once.
+        masked = _mask(body)
+        drain = self._miner.drain
+        cluster, change = drain.add_log_message(masked)
+        tokens = drain.get_content_as_tokens(masked)
         cid = int(cluster.cluster_id)
-        state = self._clusters.get(cid)
-        if state is None:
-            state = self._clusters[cid] = _Cluster([_Slot(t, {t}) for t in tokens])
+        gid = self._group_of.get(cid)
+        is_new = gid is None
+        if gid is None:
+            gid = self._group_of[cid] = cid
+            self._groups[gid] = _Group([_Slot(t, set()) for t in tokens], {cid})
             self._forget_evicted()
-        state.update(tokens, self._enum_max)
-        return TemplateMatch(cid, state.render(tokens), change == "cluster_created")
+        self._groups[gid].update(tokens, self._enum_max)
+        if change != "none" and self._join_th is not None:
+            # A new or generalised cluster may now match one elsewhere in the tree.
+            joined = self._join(cid, list(cluster.log_template_tokens))
+            if joined is not None:
+                gid, is_new = joined, False
+        return gid, tokens, is_new
+
+    def _render(self, template_id: int, tokens: list[str] | None) -> str:
+        group = self._groups[self._alias.get(template_id, template_id)]
+        return group.render(tokens, self._enum_support)
+
+    def _join(self, cid: int, template: list[str]) -> int | None:
+        """Join the group of Drain cluster ``cid`` to that of the most similar cluster of the
+        same length in another group, if similar enough (drain3's full-search similarity, its
+        wildcards matching anything); returns the surviving group."""
+        if not template:
+            return None
+        drain = self._miner.drain
+        gid = self._group_of[cid]
+        others = [c for c in drain.get_clusters_ids_for_seq_len(len(template))
+                  if self._group_of.get(c, gid) != gid]
+        assert self._join_th is not None
+        best = drain.fast_match(others, template, self._join_th, include_params=True)
+        if best is None:
+            return None
+        # The larger group keeps its id, so that the ids of frequent templates stay stable.
+        keep, gone = gid, self._group_of[int(best.cluster_id)]
+        if (self._groups[gone].count, -gone) > (self._groups[keep].count, -keep):
+            keep, gone = gone, keep
+        absorbed = self._groups.pop(gone)
+        self._groups[keep].absorb(absorbed, self._enum_max)
+        for member in absorbed.members:
+            self._group_of[member] = keep
+        self._alias = {a: keep if g == gone else g for a, g in self._alias.items()}
+        self._alias[gone] = keep
+        return keep
 
     def _forget_evicted(self) -> None:
         """With ``max_clusters``, Drain evicts the least recently used clusters; drop their
         state too (in batches, so that this stays cheap per message)."""
-        if self._max_clusters and len(self._clusters) > 2 * self._max_clusters:
+        if self._max_clusters and len(self._group_of) > 2 * self._max_clusters:
             alive = self._miner.drain.id_to_cluster
-            self._clusters = {k: v for k, v in self._clusters.items() if k in alive}
+            self._group_of = {c: g for c, g in self._group_of.items() if c in alive}
+            kept = set(self._group_of.values())
+            self._groups = {g: s for g, s in self._groups.items() if g in kept}
+            for group in self._groups.values():
+                group.members = {c for c in group.members if c in alive}
+            self._alias = {a: g for a, g in self._alias.items() if g in kept}
 
     def template_of(self, template_id: int, body: str) -> str:
-        """The template of ``body`` (added earlier to ``template_id``) as the cluster stands now:
+        """The template of ``body`` (added earlier to ``template_id``) as the group stands now:
         later messages may have generalised it."""
-        return self._clusters[template_id].render(self.tokens(body))
+        return self._render(template_id, self.tokens(body))
 
     def templates(self) -> list[Template]:
-        """Every cluster with its generalised template, most frequent first."""
-        found = [Template(cid, c.render(None), c.count) for cid, c in self._clusters.items()]
+        """Every group with its generalised template, most frequent first."""
+        found = [Template(gid, g.render(None, self._enum_support), g.count)
+                 for gid, g in self._groups.items()]
         return sorted(found, key=lambda t: (-t.count, t.template_id))
 
 
 def mine(bodies: Iterable[str], miner: LogTemplates | None = None) -> list[str]:
     """The final template of every body: all are added first, then each is rendered against its
-    cluster's final state (as a batch parser reports it)."""
+    group's final state (as a batch parser reports it). Templates that differ only in how many
+    variables stand in a row (``to delete <*> <*>`` and ``to delete <*> <*> <*>``: a list of
+    values, which Drain splits by token count) are one template, spelt as most lines spell it."""
     miner = miner or LogTemplates()
-    lines = list(bodies)
-    ids = [miner.add(b).template_id for b in lines]
-    return [miner.template_of(cid, b) for cid, b in zip(ids, lines, strict=True)]
+    added = [miner._add(b) for b in bodies]
+    templates = [miner._render(gid, tokens) for gid, tokens, _ in added]
+    spelling: dict[str, str] = {}
+    for template, _ in Counter(templates).most_common():
+        spelling.setdefault(_RUN.sub(WILDCARD, template), template)
+    return [spelling[_RUN.sub(WILDCARD, t)] for t in templates]
 
 
-# -- anomalies -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TemplateAnomaly:
-    """One finding for one template and time bucket ``[window_start_ns, window_end_ns)``.
-
-    ``kind`` is ``"new_template"`` (a template first seen after the warm-up; ``expected`` 0) or
-    ``"rate"`` (a count far from the template's baseline, above or below it). ``score`` is
-    ``-log10`` of the tail probability of ``observed`` under the baseline (``inf`` for a new
-    template).
-    """
-
-    kind: Literal["new_template", "rate"]
-    template_id: int
-    template: str
-    window_start_ns: int
-    window_end_ns: int
-    observed: int
-    expected: float
-    score: float
-
-
-@dataclass
-class _Series:
-    template: str
-    counts: deque[int]
-
-
-class TemplateRateDetector:
-    """Streaming per-template counts in fixed time buckets, each closed bucket checked against
-    the template's own recent buckets.
-
-    The baseline of a template is robust to earlier bursts: its expected count is the larger of
-    the median and the 10%-trimmed mean of the last ``history`` buckets (the mean keeps sporadic
-    templates above zero), and its spread the MAD. Counts are Poisson around the expectation, or
-    negative binomial when the MAD says they are over-dispersed; a bucket is anomalous when its
-    count is that unlikely (``-log10 p >= threshold``) and at least ``min_delta`` away.
-    Messages must come roughly in time order: one older than the open bucket counts in it.
-    """
-
-    def __init__(self, bucket_ns: int = 60 * 10**9, *, history: int = 60, warmup: int = 10,
-                 threshold: float = 6.0, min_delta: float = 3.0) -> None:
-        if bucket_ns <= 0 or warmup < 1 or history < warmup:
-            raise ValueError("need bucket_ns > 0 and 1 <= warmup <= history")
-        self.bucket_ns = bucket_ns
-        self.history, self.warmup = history, warmup
-        self.threshold, self.min_delta = threshold, min_delta
-        self._series: dict[int, _Series] = {}
-        self._bucket: int | None = None  # index of the open bucket
-        self._closed = 0  # buckets closed so far
-        self._counts: dict[int, int] = {}
-        self._new: set[int] = set()
-
-    def observe(self, time_ns: int, match: TemplateMatch) -> list[TemplateAnomaly]:
-        """Count one message; returns the anomalies of the buckets this message closed."""
-        bucket = time_ns // self.bucket_ns
-        found = []
-        if self._bucket is None:
-            self._bucket = bucket
-        elif bucket > self._bucket:
-            found = self._close_until(bucket)
-        series = self._series.get(match.template_id)
-        if series is None:
-            series = self._series[match.template_id] = _Series(match.template,
-                                                               deque(maxlen=self.history))
-            if self._closed >= self.warmup:
-                self._new.add(match.template_id)
-        series.template = match.template
-        self._counts[match.template_id] = self._counts.get(match.template_id, 0) + 1
-        return found
-
-    def flush(self) -> list[TemplateAnomaly]:
-        """Close the open bucket (end of a replay, or a clock tick with no messages)."""
-        if self._bucket is None:
-            return []
-        return self._close_until(self._bucket + 1)
-
-    def _close_until(self, bucket: int) -> list[TemplateAnomaly]:
-        """Close the open bucket and the empty ones up to ``bucket``. After ``history`` empty
-        buckets every baseline is all zeros, so a longer silence changes nothing more."""
-        assert self._bucket is not None
-        found = []
-        for b in range(self._bucket, min(bucket, self._bucket + self.history + 1)):
-            found += self._close(b)
-        self._bucket = bucket
-        return found
-
-    def _close(self, bucket: int) -> list[TemplateAnomaly]:
-        window = (bucket * self.bucket_ns, (bucket + 1) * self.bucket_ns)
-        found = []
-        for tid, series in self._series.items():
-            observed = self._counts.get(tid, 0)
-            if tid in self._new:
-                found.append(TemplateAnomaly("new_template", tid, series.template, *window,
-                                             observed, 0.0, math.inf))
-            elif len(series.counts) >= self.warmup:
-                anomaly = self._rate(tid, series, observed, window)
-                if anomaly is not None:
-                    found.append(anomaly)
-            series.counts.append(observed)
-        self._counts.clear()
-        self._new.clear()
-        self._closed += 1
-        return sorted(found, key=lambda a: -a.score)
-
-    def _rate(self, tid: int, series: _Series, observed: int,
-              window: tuple[int, int]) -> TemplateAnomaly | None:
-        expected, variance = _baseline(np.asarray(series.counts, dtype=np.float64))
-        if abs(observed - expected) < self.min_delta:
-            return None
-        score = _surprise(observed, expected, variance)
-        if score < self.threshold:
-            return None
-        return TemplateAnomaly("rate", tid, series.template, *window, observed, expected, score)
-
-
-def _baseline(counts: npt.NDArray[np.float64]) -> tuple[float, float]:
-    """Robust expected count and variance of a template's past buckets."""
-    median = float(np.median(counts))
-    expected = max(median, float(stats.trim_mean(counts, 0.1)), 0.5)
-    spread = 1.4826 * float(np.median(np.abs(counts - median)))
-    return expected, spread * spread
-
-
-def _surprise(observed: int, expected: float, variance: float) -> float:
-    """``-log10`` of the probability of a count at least as far out as ``observed``."""
-    if variance > expected:  # over-dispersed: negative binomial with this mean and variance
-        n, p = expected * expected / (variance - expected), expected / variance
-        tail = (stats.nbinom.sf(observed - 1, n, p) if observed > expected
-                else stats.nbinom.cdf(observed, n, p))
-    else:
-        tail = (stats.poisson.sf(observed - 1, expected) if observed > expected
-                else stats.poisson.cdf(observed, expected))
-    return -math.log10(max(float(tail), 1e-300))
+_RUN = re.compile(r"<\*>(?:\s+<\*>)+")

@@ -22,7 +22,7 @@ _SQL = """
 SELECT epoch_ns(time) AS t, service_name, resource_attributes->>'service.version' AS version,
        coalesce(severity_number, 0) AS severity, coalesce(body, '') AS body, trace_id
 FROM logs
-WHERE epoch_ns(time) > ? AND epoch_ns(time) <= ? AND service_name IS NOT NULL
+WHERE time > make_timestamp_ns(?) AND time <= make_timestamp_ns(?) AND service_name IS NOT NULL
 ORDER BY time LIMIT ?
 """
 

@@ -3,15 +3,39 @@
 Per (service, span name, model version) the current window is compared with a baseline: the
 same group's own recent history when it has enough of it, else its sibling versions (a canary
 that misbehaves from its first request has no history of its own; its stable version is the
-reference). Latency uses medians and the median absolute deviation, errors the failed share;
-both need a minimum number of spans, so one slow request is not an anomaly.
+reference). Two tests per signal, either may fire:
+
+* a *shift*: the window's median against the baseline's median and median absolute deviation
+  (latency), or the failed share against the baseline's (errors), over ``min_spans`` or more;
+* a *tail* test that needs fewer spans: how many of the window's spans are beyond what the
+  baseline almost never does (slower than its 99th percentile, and by the shift test's margins;
+  or failed), and how unlikely that count is if the window were drawn from the baseline
+  (binomial tail below ``tail_alpha``, and at least two such spans). A canary whose first two
+  requests are both far slower than anything its stable version served is found on those two,
+  while one slow request, or two among many, is not an anomaly.
+
+Where the model has an SLO, its latency threshold is a floor for both tests: slower than the
+baseline is a finding only when it is also slower than what the model's users were promised.
+Except where another version of the model, in the same window, serves at its usual speed:
+contention (what the floor is for) would have slowed it too.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aiops.analytics.findings import SPAN_VERSION, Entity, EvidenceKind, FaultClass, Finding
+from scipy import stats
+
+from aiops.analytics.findings import (
+    NOT_WARMUP,
+    SPAN_VERSION,
+    Entity,
+    EvidenceKind,
+    FaultClass,
+    Finding,
+)
 from aiops.store import Store
 
 __all__ = ["TraceThresholds", "trace_findings"]
@@ -29,6 +53,21 @@ class TraceThresholds:
     robust_z: float = 4.0  # ...and by this many scaled MADs
     error_share: float = 0.2  # failed share that can fire at all
     error_increase: float = 0.1  # over the baseline's failed share
+    # The tail test: the baseline needs this many spans, and the window at least ``tail_min``
+    # spans beyond its 99th percentile, at binomial odds below tail_alpha. Each span is taken
+    # to pass that level with probability max(1 - tail_quantile, 1 / (n + 1)), n the
+    # baseline's spans: a new draw beats the largest of n with odds 1 / (n + 1), so a short
+    # baseline cannot claim more certainty than it has.
+    tail_baseline: int = 30
+    # ...and those spans at least this many times the baseline's median: queueing bursts make
+    # a few requests of a busy model 2-3x slower together (not independent draws, which the
+    # binomial odds assume); a broken version is slower than that.
+    tail_ratio: float = 3.0
+    tail_quantile: float = 0.99
+    tail_min: int = 2
+    tail_alpha: float = 1e-3
+    # The model's SLO latency as a floor for both tests (where it has an SLO; see below).
+    slo_floor: bool = True
 
 
 # Groups: ingress spans are one group per operation (the caller); model spans one per
@@ -40,16 +79,22 @@ WITH s AS (
              AS version, attributes->>'gen_ai.request.model' AS model,
          duration_ns, status_code = 'error'
              OR TRY_CAST(attributes->>'http.response.status_code' AS INTEGER) >= 500 AS failed,
-         trace_id, epoch_ns(start_time) >= ? AS current
+         trace_id, epoch_ns(end_time) >= ? AS current
   FROM spans
-  WHERE start_time > make_timestamp_ns(?) AND start_time <= make_timestamp_ns(?)
-    AND service_name IS NOT NULL AND duration_ns IS NOT NULL
+  -- By end time: a span is evidence from when it is known (a 5 s request that started before
+  -- the window but just ended is news), and the window holds what ended in it.
+  WHERE end_time > make_timestamp_ns(?) AND end_time <= make_timestamp_ns(?)
+    AND service_name IS NOT NULL AND duration_ns IS NOT NULL AND {NOT_WARMUP}
 )
 SELECT service, name, version, model, current,
        count(*) AS n, median(duration_ns) AS med, mad(duration_ns) AS mad,
        avg(failed::INTEGER) AS failed_share,
        arg_max(trace_id, duration_ns) AS slowest,
-       arg_max(trace_id, failed::INTEGER * 1e18 + duration_ns) AS failed_trace
+       arg_max(trace_id, failed::INTEGER * 1e18 + duration_ns) AS failed_trace,
+       quantile_cont(duration_ns, 0.99) AS p99,
+       -- the window's own spans, slowest first (few: the window is seconds long)
+       list(duration_ns ORDER BY duration_ns DESC) FILTER (WHERE current) AS durations,
+       count(*) FILTER (WHERE failed) AS n_failed
 FROM s GROUP BY ALL
 """
 
@@ -66,6 +111,14 @@ class _Stats:
     failed: float
     slowest: str
     failed_trace: str
+    p99: float = 0.0
+    durations: tuple[float, ...] = ()
+    n_failed: int = 0
+
+
+def _tail_odds(k: int, n: int, p: float) -> float:
+    """P(at least k of n spans are beyond a level the baseline passes with probability p)."""
+    return float(stats.binom.sf(k - 1, n, p))
 
 
 def _baseline(own: _Stats | None, siblings: list[_Stats], min_spans: int) -> _Stats | None:
@@ -78,52 +131,133 @@ def _baseline(own: _Stats | None, siblings: list[_Stats], min_spans: int) -> _St
     return max(pool, key=lambda s: s.n)
 
 
-def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None
-                   ) -> list[Finding]:
+def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None,
+                   slow_ms: Mapping[str, float] | None = None) -> list[Finding]:
+    """Latency and error findings of the window's spans against their baseline. ``slow_ms``:
+    per model, the latency its SLO calls slow. Where a model has one, a latency finding also
+    needs its slow spans (the window's median, or the tail's spans) beyond it: on a busy
+    node a neighbour's burst (an OCR request taking both cores) makes a chat model 2-3x
+    slower for seconds, a real shift but one its users' objective says is fine; those are
+    not incidents."""
     t = t or TraceThresholds()
+    slow_ms = (slow_ms or {}) if t.slo_floor else {}
     cur_start = now_ns - int(t.window_s * NS)
     rows = store.query(_GROUPS, [INGRESS, cur_start, now_ns - int(t.baseline_s * NS),
                                  now_ns]).rows
     current: dict[_Key, _Stats] = {}
     history: dict[_Key, _Stats] = {}
-    for service, name, version, model, is_current, n, med, mad, failed, slowest, ftrace in rows:
-        stats = _Stats(int(n), float(med), float(mad or 0), float(failed or 0), slowest, ftrace)
-        (current if is_current else history)[(service, name, version, model)] = stats
-    found = []
+    for (service, name, version, model, is_current, n, med, mad, failed, slowest, ftrace, p99,
+         durations, n_failed) in rows:
+        group = _Stats(int(n), float(med), float(mad or 0), float(failed or 0), slowest, ftrace,
+                       float(p99 or 0), tuple(float(d) for d in durations or ()),
+                       int(n_failed or 0))
+        (current if is_current else history)[(service, name, version, model)] = group
+    found: list[Finding] = []
     for key, cur in current.items():
         service, name, version, model = key
-        if cur.n < t.min_spans:
+        if cur.n < min(t.min_spans, t.tail_min):
             continue
-        siblings = [s for (sv, nm, v, m), s in {**history, **current}.items()
+        # A sibling's history where it has one (the longer record), else its window.
+        siblings = [s for (sv, nm, v, m), s in {**current, **history}.items()
                     if sv == service and nm == name and m == model and v != version]
+        # The tail tests need a longer baseline: a canary's own few gate requests are not one.
+        # They are for model versions: the ingress mixes every version's requests (and its
+        # router's queueing), so a version's own spans say more, and sooner, than its tail.
         base = _baseline(history.get(key), siblings, t.min_spans)
+        tail = None if service == INGRESS else \
+            _baseline(history.get(key), siblings, t.tail_baseline)
         if base is None:
             continue
-        entity = Entity(service, version)
-        about = model if service == INGRESS else None
-        scale = max(1.4826 * base.mad, 0.1 * base.med, 1e6)  # at least 1 ms
-        z = (cur.med - base.med) / scale
-        if cur.med > t.latency_ratio * base.med and z > t.robust_z:
-            found.append(Finding(
-                "trace_latency", entity, FaultClass.LATENCY, z / t.robust_z, cur_start, now_ns,
-                f"{entity} '{name}': median {cur.med / 1e6:.0f} ms over {cur.n} spans vs "
-                f"{base.med / 1e6:.0f} ms normally ({cur.med / base.med:.1f}x)",
-                [entity.evidence(EvidenceKind.TRACE, cur.slowest, FaultClass.LATENCY,
-                                 f"slowest '{name}' now", cur.med / 1e6, base.med / 1e6, z),
-                 entity.evidence(EvidenceKind.TRACE, base.slowest, FaultClass.LATENCY,
-                                 f"slowest '{name}' in the baseline"),
-                 entity.evidence(EvidenceKind.METRIC, f"span.duration.median{{{name}}}",
-                                 FaultClass.LATENCY, "median_ms", cur.med / 1e6,
-                                 base.med / 1e6, z)], about))
-        if cur.failed >= t.error_share and cur.failed > base.failed + t.error_increase:
-            found.append(Finding(
-                "trace_errors", entity, FaultClass.ERRORS,
-                (cur.failed - base.failed) / t.error_increase, cur_start, now_ns,
-                f"{entity} '{name}': {cur.failed:.0%} of {cur.n} spans failed vs "
-                f"{base.failed:.0%} normally",
-                [entity.evidence(EvidenceKind.TRACE, cur.failed_trace, FaultClass.ERRORS,
-                                 f"a failed '{name}' span"),
-                 entity.evidence(EvidenceKind.METRIC, f"span.failed_share{{{name}}}",
-                                 FaultClass.ERRORS, "failed_share", cur.failed, base.failed,
-                                 (cur.failed - base.failed) / t.error_increase)], about))
+        entity, about = Entity(service, version), model if service == INGRESS else None
+        floor_ns = 0.0 if _sibling_unshifted(key, current, history, t) else \
+            slow_ms.get(model or service, 0.0) * 1e6
+        found += _latency(entity, name, about, cur, base, tail, t, cur_start, now_ns,
+                          floor_ns)
+        found += _errors(entity, name, about, cur, base, tail, t, cur_start, now_ns)
     return found
+
+
+def _sibling_unshifted(key: _Key, current: dict[_Key, _Stats], history: dict[_Key, _Stats],
+                       t: TraceThresholds) -> bool:
+    """Whether another version of this model serves at its usual speed in the same window.
+    The SLO floor is there for contention, and contention slows every version on the node at
+    once: a version slower than a sibling that is not slowed is the version's own doing (a
+    canary 14x slower than its stable version is a regression before it breaches the SLO)."""
+    service, name, version, model = key
+    if service == INGRESS or version is None:
+        return False
+    for (sv, nm, v, m), cur in current.items():
+        if sv != service or nm != name or m != model or v == version or cur.n < t.min_spans:
+            continue
+        own = history.get((sv, nm, v, m))
+        if own is not None and own.n >= t.min_spans and cur.med <= t.latency_ratio * own.med:
+            return True
+    return False
+
+
+def _scale(base: _Stats) -> float:
+    return max(1.4826 * base.mad, 0.1 * base.med, 1e6)  # at least 1 ms
+
+
+def _latency(entity: Entity, name: str, about: str | None, cur: _Stats, base: _Stats,
+             tail: _Stats | None, t: TraceThresholds, start_ns: int, now_ns: int,
+             floor_ns: float = 0.0) -> list[Finding]:
+    scale = _scale(base)
+    z = (cur.med - base.med) / scale
+    if cur.n >= t.min_spans and cur.med > t.latency_ratio * base.med and z > t.robust_z \
+            and cur.med > floor_ns:
+        score, how = z / t.robust_z, f"median {cur.med / 1e6:.0f} ms over {cur.n} spans"
+    elif tail is not None:
+        base, scale = tail, _scale(tail)
+        level = max(base.p99, t.tail_ratio * base.med, base.med + t.robust_z * scale,
+                    floor_ns)
+        beyond = [d for d in cur.durations if d > level]
+        p = max(1 - t.tail_quantile, 1 / (base.n + 1))
+        odds = _tail_odds(len(beyond), cur.n, p)
+        if len(beyond) < t.tail_min or odds >= t.tail_alpha:
+            return []
+        z = (beyond[len(beyond) // 2] - base.med) / scale
+        # On the shift test's scale (how far the slow spans are), so that a version found by
+        # its tail ranks beside one found by its median; at least the odds' own strength.
+        score = max(z / t.robust_z, math.log(odds) / math.log(t.tail_alpha))
+        how = (f"{len(beyond)} of {cur.n} spans slower than {level / 1e6:.0f} ms (the "
+               f"baseline's p99 {base.p99 / 1e6:.0f} ms; odds {odds:.0e})")
+    else:
+        return []
+    return [Finding(
+        "trace_latency", entity, FaultClass.LATENCY, score, start_ns, now_ns,
+        f"{entity} '{name}': {how} vs a median of {base.med / 1e6:.0f} ms normally "
+        f"({cur.med / base.med:.1f}x)",
+        [entity.evidence(EvidenceKind.TRACE, cur.slowest, FaultClass.LATENCY,
+                         f"slowest '{name}' now", cur.med / 1e6, base.med / 1e6, z),
+         entity.evidence(EvidenceKind.TRACE, base.slowest, FaultClass.LATENCY,
+                         f"slowest '{name}' in the baseline"),
+         entity.evidence(EvidenceKind.METRIC, f"span.duration.median{{{name}}}",
+                         FaultClass.LATENCY, "median_ms", cur.med / 1e6, base.med / 1e6, z)],
+        about)]
+
+
+def _errors(entity: Entity, name: str, about: str | None, cur: _Stats, base: _Stats,
+            tail: _Stats | None, t: TraceThresholds, start_ns: int, now_ns: int
+            ) -> list[Finding]:
+    if cur.n < t.min_spans:
+        if tail is None:
+            return []
+        # Few spans: the failures must be unlikely at the baseline's failed share (with one
+        # failure added, so a baseline that never failed still gives finite odds).
+        base = tail
+        odds = _tail_odds(cur.n_failed, cur.n, (base.n_failed + 1) / (base.n + 2))
+        if cur.n_failed < t.tail_min or odds >= t.tail_alpha:
+            return []
+    if cur.failed < t.error_share or cur.failed <= base.failed + t.error_increase:
+        return []
+    score = (cur.failed - base.failed) / t.error_increase
+    return [Finding(
+        "trace_errors", entity, FaultClass.ERRORS, score, start_ns, now_ns,
+        f"{entity} '{name}': {cur.failed:.0%} of {cur.n} spans failed vs "
+        f"{base.failed:.0%} normally",
+        [entity.evidence(EvidenceKind.TRACE, cur.failed_trace, FaultClass.ERRORS,
+                         f"a failed '{name}' span"),
+         entity.evidence(EvidenceKind.METRIC, f"span.failed_share{{{name}}}",
+                         FaultClass.ERRORS, "failed_share", cur.failed, base.failed, score)],
+        about)]

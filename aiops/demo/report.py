@@ -43,7 +43,7 @@ def _plot(results: list[ScenarioResult], samples: list[Sample], t0: float, path:
     for ax, r in zip(axes[:, 0], results, strict=True):
         s = r.scenario
         lo, hi = r.fault_at - 25, (r.resolved_at or r.fault_at + 90) + 20
-        window = [x for x in samples if lo <= x.end <= hi and x.model == s.model]
+        window = [x for x in samples if lo <= x.end <= hi and x.model == r.model]
         for key, points in _series(window, t0).items():
             ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=key)
         ax.set_yscale("log")
@@ -60,7 +60,8 @@ def _plot(results: list[ScenarioResult], samples: list[Sample], t0: float, path:
                         rotation=90, va="top", ha="right", fontsize=8)
         ax.set_title(f"{s.name}: {s.title}")
         ax.set_xlabel("seconds since the demo started")
-        ax.legend(loc="upper left", fontsize=8)
+        if window:  # a model without client traffic (the agent's) has no series to label
+            ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -97,7 +98,9 @@ def write_report(results: list[ScenarioResult], traffic: Traffic, root: Path,
     for r in results:
         s = r.scenario
         lines += [f"## {s.name}: {s.title}", "",
-                  f"Injected on {s.model} {s.version}: `{json.dumps(s.faults)}`"
+                  (f"Lost Ray node {s.lose_node}; it ran {r.model} {r.version}"
+                   if s.lose_node else
+                   f"Injected on {s.model} {s.version}: `{json.dumps(s.faults)}`")
                   + (f" (a canary on {s.canary_percent}% of traffic)"
                      if s.canary_percent is not None else "") + ".", ""]
         lines += [f"- {time.strftime('%H:%M:%S', time.gmtime(at))} (+{at - r.fault_at:.1f} s) "
@@ -124,8 +127,9 @@ def write_report(results: list[ScenarioResult], traffic: Traffic, root: Path,
 
 
 def _result_json(r: ScenarioResult) -> dict[str, Any]:
-    return {"scenario": r.scenario.name, "model": r.scenario.model,
-            "version": r.scenario.version, "faults": r.scenario.faults,
+    return {"scenario": r.scenario.name, "model": r.model,
+            "version": r.version, "faults": r.scenario.faults,
+            "lost_node": r.scenario.lose_node,
             "fault_at": r.fault_at, "detected_at": r.detected_at, "acted_at": r.acted_at,
             "fixed_at": r.fixed_at, "resolved_at": r.resolved_at,
             "recovered_at": r.recovered_at, "mttd_s": r.mttd_s, "ttr_s": r.ttr_s,

@@ -23,14 +23,17 @@ from aiops.client import ServerClient
 from aiops.config import Settings
 from aiops.demo.report import write_report
 from aiops.demo.scenarios import SCENARIOS, Scenario
-from aiops.demo.traffic import Traffic
+from aiops.demo.traffic import DEFAULT_WORKLOADS, Traffic, Workload
 from aiops.errors import AIOpsError, StackError
 from aiops.lifecycle import LifecycleClient, admin_token
 from aiops.remediation.policy import DEMO_POLICY
+from serve.cluster import lose_node
 
 __all__ = ["ScenarioResult", "demo_settings", "run_demo"]
 
-BASELINE_S = 20.0
+# Long enough for the detectors to have a normal to compare with (the tail tests want 30+
+# spans of a model's history) on a stack that has only just started.
+BASELINE_S = 45.0
 DETECT_TIMEOUT_S = 120.0
 RECOVER_TIMEOUT_S = 150.0
 DECIDING = ("proposed", "approved")  # on the way to executed (or failed)
@@ -40,6 +43,8 @@ DECIDING = ("proposed", "approved")  # on the way to executed (or failed)
 class ScenarioResult:
     scenario: Scenario
     fault_at: float
+    model: str = ""  # the model version at fault: the scenario's, or the lost node's replica's
+    version: str = ""
     events: list[tuple[float, str]] = field(default_factory=list)
     incident: dict[str, Any] | None = None
     detected_at: float | None = None
@@ -60,11 +65,19 @@ class ScenarioResult:
     def ttr_s(self) -> float | None:
         return self.recovered_at - self.fault_at if self.recovered_at else None
 
+    def __post_init__(self) -> None:
+        self.model = self.model or self.scenario.model
+        self.version = self.version or self.scenario.version
+
     @property
     def attributed(self) -> bool:
         inc = self.incident or {}
         s = self.scenario
-        return inc.get("service") == s.model and inc.get("model_version") == s.version \
+        if s.lose_node:
+            top = (inc.get("evidence") or {}).get("root_causes") or [{}]
+            if top[0].get("node") != s.lose_node:
+                return False
+        return inc.get("service") == self.model and inc.get("model_version") == self.version \
             and inc.get("fault_class") in s.expect_fault
 
     def note(self, text: str, at: float | None = None) -> None:
@@ -72,12 +85,12 @@ class ScenarioResult:
 
 
 def demo_settings(base: Settings, **overrides: Any) -> Settings:
-    """The demo's stack: the packaged models, the demo policy (rollbacks on their own),
-    analytics at demo speed, in its own data directory."""
+    """The demo's stack: the packaged models, the demo policy (rollbacks on their own), in
+    its own data directory. Detection runs at the default settings (what `aiops up` runs);
+    only resolving is quicker, so that one scenario's incident closes before the next."""
     values = base.model_dump()
     values.update(data_dir=base.data_dir / "demo", models_file=None, policy_file=DEMO_POLICY,
-                  analytics=True, analytics_interval_s=1.0, analytics_window_s=10.0,
-                  analytics_resolve_after_s=10.0, analytics_burn_windows="60/10/6",
+                  analytics=True, analytics_resolve_after_s=10.0,
                   # Logical CPUs for Ray's scheduler: the chat model autoscales to two
                   # replicas under the demo's load, and its v2 canary needs room beside them.
                   ray_num_cpus=max(base.ray_num_cpus, 4))
@@ -162,10 +175,40 @@ def _specs_with_canary(control: LifecycleClient, model: str) -> list[dict[str, A
     return [*specs, {**base, "version": "v2", "traffic": 0}]
 
 
+def _replica_on(data_dir: Path, node: str, preferred: list[str]) -> tuple[str, str]:
+    """A model version with a replica on ``node``, from the driver's replica list: the
+    first of ``preferred`` (the models the clients call, in the traffic's order) there,
+    else any (the agent's own, which no client calls)."""
+    import json
+
+    from collectors.ebpf.attribution import REPLICAS_FILE
+
+    try:
+        rows = json.loads((data_dir / REPLICAS_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise StackError(f"demo: no replica list in {data_dir} ({exc})") from exc
+    there = sorted({(r["model"], r["version"]) for r in rows
+                    if r.get("node") == node and r.get("model")},
+                   key=lambda mv: (preferred.index(mv[0]) if mv[0] in preferred
+                                   else len(preferred), mv))
+    if not there:
+        raise StackError(f"demo: no model replica runs on Ray node {node}; Serve placed "
+                         "them all elsewhere")
+    return there[0]
+
+
 def _run_scenario(s: Scenario, settings: Settings, traffic: Traffic, screen: _Screen,
                   db: ServerClient, control: LifecycleClient) -> ScenarioResult:
     screen.phase = f"{s.name}: {s.title}"
-    if s.canary_percent is not None:
+    if s.lose_node:
+        model, version = _replica_on(settings.data_dir, s.lose_node,
+                                     [w.model for w in traffic.workloads])
+        result = ScenarioResult(s, time.time(), model, version)
+        node = lose_node(settings.data_dir, s.lose_node)
+        screen.say(f"[bold]node lost[/bold]: killed Ray node {s.lose_node}'s raylet (pid "
+                   f"{node.raylet_pid}) and its processes; it ran a replica of "
+                   f"{model}@{version}")
+    elif s.canary_percent is not None:
         screen.say(f"deploying {s.model} v2 (unrouted; gates run on it first)")
         control.apply(_specs_with_canary(control, s.model))
         control.set_faults(s.model, "v2", s.faults)
@@ -186,10 +229,10 @@ def _run_scenario(s: Scenario, settings: Settings, traffic: Traffic, screen: _Sc
                        "FROM incidents WHERE service = ? AND model_version = ? "
                        "AND epoch_ns(updated_at) >= ? AND status <> 'resolved' "
                        "GROUP BY incident_id ORDER BY t LIMIT 1",
-                       [s.model, s.version, int(result.fault_at * 1e9)])
+                       [result.model, result.version, int(result.fault_at * 1e9)])
         return rows[0] if rows else None
 
-    found = _wait(f"an incident on {s.model}", DETECT_TIMEOUT_S, incident, screen)
+    found = _wait(f"an incident on {result.model}", DETECT_TIMEOUT_S, incident, screen)
     inc = db.incident(found["incident_id"])
     result.detected_at = float(found["t"])
     result.note("incident opened", result.detected_at)
@@ -204,8 +247,11 @@ def _run_scenario(s: Scenario, settings: Settings, traffic: Traffic, screen: _Sc
                    f"[/bold] (confidence {top['confidence']:.0%}); evidence: {ids}")
 
     def action() -> dict[str, Any] | None:
+        # The decision about the diagnosed version (an incident already open on the model
+        # may carry an earlier action about another version, e.g. a scale-out of v1).
         for a in db.actions():
             if a["incident_id"] == inc["incident_id"] and a["status"] not in DECIDING \
+                    and a["target"] == f"{result.model}@{result.version}" \
                     and (_iso(a["created_at"]) or 0) >= result.fault_at - 1:
                 return a
         return None
@@ -225,12 +271,24 @@ def _run_scenario(s: Scenario, settings: Settings, traffic: Traffic, screen: _Sc
         result.note(f"{act['kind']} executed", result.acted_at)
         screen.say(f"[green]executed[/green] {act['kind']} {act['target']} "
                    f"{result.acted_at - result.fault_at:.1f} s after the fault")
-    elif s.operator_fix_after_s is not None:
-        time.sleep(s.operator_fix_after_s)
-        control.set_faults(s.model, s.version, {})
+    elif s.operator_fix_after_s is not None and s.faults:
+        # The operator's fix comes that long after detection, however long the wait for a
+        # decision was (with no action planned, it is the whole 15 s).
+        time.sleep(max(0.0, result.detected_at + s.operator_fix_after_s - time.time()))
+        control.set_faults(result.model, result.version, {})
         result.fixed_at = time.time()
         result.note("operator removed the fault", result.fixed_at)
         screen.say("no automatic action for this one: the operator removes the fault")
+    # The verdict as it stands when the fault is acted on (the action executed, or the
+    # operator's fix): evidence that names the cause (run-queue waits, memory growth) may come
+    # a round or two after the first symptom, as it would for an on-call engineer.
+    current = db.incident(inc["incident_id"])
+    if (current.get("service"), current.get("model_version")) == (result.model,
+                                                                   result.version):
+        if current.get("fault_class") != inc.get("fault_class"):
+            screen.say(f"verdict now: [bold]{current.get('fault_class')}[/bold] on "
+                       f"{current.get('service')}@{current.get('model_version')}")
+        result.incident = inc = current
 
     def resolved() -> dict[str, Any] | None:
         current = db.incident(inc["incident_id"])
@@ -242,7 +300,7 @@ def _run_scenario(s: Scenario, settings: Settings, traffic: Traffic, screen: _Sc
         result.note("incident resolved", result.resolved_at)
         # Recovered: the later of the fix and the clients' last bad request.
         result.recovered_at = max(t for t in (
-            traffic.last_bad_after(result.fault_at, s.model, s.slo_s), result.acted_at,
+            traffic.last_bad_after(result.fault_at, result.model, s.slo_s), result.acted_at,
             result.fixed_at, result.fault_at) if t is not None)
         screen.say(f"[green]recovered[/green]: the clients' last bad request "
                    f"{(result.ttr_s or 0):.1f} s after the fault; incident resolved")
@@ -256,7 +314,8 @@ def _run_scenario(s: Scenario, settings: Settings, traffic: Traffic, screen: _Sc
         if final["status"] == "verified":
             result.verified_at = time.time()
             screen.say(f"action {final['action_id']} [green]verified[/green] (SLIs recovered)")
-    control.set_faults(s.model, s.version, {})
+    if s.faults:
+        control.set_faults(result.model, result.version, {})
     return result
 
 
@@ -271,9 +330,9 @@ def _settle(db: ServerClient, screen: _Screen, timeout_s: float = 60.0) -> None:
         screen.say(f"[yellow]still active, going on: {active}[/yellow]")
 
 
-def _ask(settings: Settings, db: ServerClient, s: Scenario, screen: _Screen
+def _ask(settings: Settings, db: ServerClient, model: str, screen: _Screen
          ) -> dict[str, Any] | None:
-    question = f"What happened to {s.model} in the last 15 minutes?"
+    question = f"What happened to {model} in the last 15 minutes?"
     screen.say(f"chat-ops: [italic]{question}[/italic]")
     try:
         return db.ask(question, "demo", admin_token(settings))
@@ -283,14 +342,19 @@ def _ask(settings: Settings, db: ServerClient, s: Scenario, screen: _Screen
 
 
 def run_demo(settings: Settings, console: Console, scenarios: list[str],
-             report_dir: Path = Path("reports"), headless: bool = False) -> list[ScenarioResult]:
-    """Bring the demo stack up, run the scenarios, write the report, bring it all down."""
+             report_dir: Path = Path("reports"), headless: bool = False,
+             workloads: tuple[Workload, ...] = DEFAULT_WORKLOADS) -> list[ScenarioResult]:
+    """Bring the demo stack up, run the scenarios under ``workloads``' traffic, write the
+    report, bring it all down."""
     from aiops.stack import down, up
 
     unknown = [n for n in scenarios if n not in SCENARIOS]
     if unknown:
         raise StackError(f"unknown scenario(s) {', '.join(unknown)}: "
                          f"{', '.join(SCENARIOS)} or all")
+    nodes = max(SCENARIOS[n].worker_nodes for n in scenarios) if scenarios else 0
+    if nodes > settings.ray_worker_nodes:
+        settings = settings.model_copy(update={"ray_worker_nodes": nodes})
     results: list[ScenarioResult] = []
     started = time.time()
     if settings.data_dir.name == "demo" and settings.data_dir.is_dir():
@@ -298,7 +362,7 @@ def run_demo(settings: Settings, console: Console, scenarios: list[str],
     up(settings, progress=console.log)
     traffic = None
     try:
-        traffic = Traffic(settings.serve_url, api_key=next(
+        traffic = Traffic(settings.serve_url, workloads, api_key=next(
             (k.strip() for k in settings.api_keys.split(",") if k.strip()), None)).start()
         with _Screen(console, traffic, headless) as screen, \
                 ServerClient.of(settings) as db, \
@@ -315,14 +379,14 @@ def run_demo(settings: Settings, console: Console, scenarios: list[str],
                 if i:
                     _settle(db, screen)
                 result = _run_scenario(SCENARIOS[name], settings, traffic, screen, db, control)
-                result.answer = _ask(settings, db, result.scenario, screen)
+                result.answer = _ask(settings, db, result.model, screen)
                 results.append(result)
             screen.phase = "done"
         for r in results:
             if r.answer is not None:
                 from agents.cli import render
 
-                console.rule(f"chat-ops: what happened to {r.scenario.model}? "
+                console.rule(f"chat-ops: what happened to {r.model}? "
                              f"({r.scenario.name})")
                 render(r.answer, console)
         paths = write_report(results, traffic, report_dir, started)

@@ -1,15 +1,22 @@
-"""Mixed traffic for the demo: chat, streaming chat, embeddings and images (OCR), from a few
-client threads, with every request's outcome kept for the live display and the report."""
+"""Mixed traffic for the demo: chat, streaming chat, embeddings and images (OCR), with every
+request's outcome kept for the live display and the report.
+
+Arrivals are open-loop (Poisson, at a fixed rate per workload), as users' requests are: a slow
+version does not slow the arrivals down, so a fault shows at the rate it would in production
+instead of throttling its own evidence (a closed-loop client waits out every slow request).
+In-flight requests per workload are bounded; at the bound an arrival waits for a free slot.
+"""
 
 from __future__ import annotations
 
 import base64
 import io
+import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 
@@ -36,12 +43,20 @@ class Sample:
 class Workload:
     kind: str
     model: str
-    pause_s: float  # between two requests of one client
+    rate_per_s: float  # mean arrivals per second
+    max_in_flight: int = 8
 
 
-# Paced to leave the 2-core machine some headroom: saturated CPUs are an incident of their own.
-DEFAULT_WORKLOADS = (Workload("chat", CHAT, 0.5), Workload("stream", CHAT, 1.0),
-                     Workload("embed", EMBED, 0.5), Workload("image", VISION, 5.0))
+# Paced to leave the 2-core machine headroom: saturated CPUs are an incident of their own, and
+# a model near saturation queues in bursts. Chat answers are short (8 tokens, ~0.2 s), so the
+# chat model is about half busy at these rates.
+DEFAULT_WORKLOADS = (Workload("chat", CHAT, 1.4), Workload("stream", CHAT, 0.7),
+                     Workload("embed", EMBED, 1.5), Workload("image", VISION, 0.1))
+
+
+def scaled(workloads: tuple[Workload, ...], factor: float) -> tuple[Workload, ...]:
+    """The same mix at ``factor`` times its arrival rates."""
+    return tuple(replace(w, rate_per_s=w.rate_per_s * factor) for w in workloads)
 
 
 def _image() -> str:
@@ -55,15 +70,18 @@ def _image() -> str:
 
 
 class Traffic:
-    """One client thread per workload, until ``close``."""
+    """One arrival thread per workload, each request on a thread of its own, until ``close``."""
 
     def __init__(self, serve_url: str, workloads: tuple[Workload, ...] = DEFAULT_WORKLOADS,
-                 api_key: str | None = None, keep: int = 100_000) -> None:
+                 api_key: str | None = None, keep: int = 100_000, seed: int | None = None
+                 ) -> None:
         self.url = serve_url
+        self.workloads = workloads
         self.headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.samples: deque[Sample] = deque(maxlen=keep)
         self._stop = threading.Event()
         self._image = _image()
+        self._rng = random.Random(seed)
         self._threads = [threading.Thread(target=self._run, args=(w,), daemon=True,
                                           name=f"traffic-{w.kind}") for w in workloads]
         self._n = 0
@@ -84,7 +102,7 @@ class Traffic:
                     {"type": "text", "text": "read it"},
                     {"type": "image_url", "image_url": {"url": self._image}}]}]})
         body = {"model": w.model, "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": 16, "temperature": 0.2}
+                "max_tokens": 8, "temperature": 0.2}
         if w.kind == "stream":
             with c.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
                 for _ in r.iter_bytes():
@@ -93,18 +111,33 @@ class Traffic:
         return c.post("/v1/chat/completions", json=body)
 
     def _run(self, w: Workload) -> None:
-        with httpx.Client(base_url=self.url, timeout=60, headers=self.headers) as c:
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                try:
-                    r = self._request(c, w)
-                    status = r.status_code
-                    version = r.headers.get("x-aiops-model-version", "")
-                except httpx.HTTPError:
-                    status, version = 0, ""
-                self.samples.append(Sample(time.time(), w.kind, w.model, version,
-                                           time.perf_counter() - started, status))
-                self._stop.wait(w.pause_s)
+        slots = threading.BoundedSemaphore(w.max_in_flight)
+        limits = httpx.Limits(max_connections=w.max_in_flight)
+        running: list[threading.Thread] = []
+        with httpx.Client(base_url=self.url, timeout=60, headers=self.headers,
+                          limits=limits) as c:
+            while not self._stop.wait(self._rng.expovariate(w.rate_per_s)):
+                while not slots.acquire(timeout=0.5):
+                    if self._stop.is_set():
+                        return
+                t = threading.Thread(target=self._one, args=(c, w, slots), daemon=True)
+                running = [r for r in running if r.is_alive()] + [t]
+                t.start()
+            for t in running:  # before the client closes under them
+                t.join(timeout=70)
+
+    def _one(self, c: httpx.Client, w: Workload, slots: threading.BoundedSemaphore) -> None:
+        started = time.perf_counter()
+        try:
+            r = self._request(c, w)
+            status = r.status_code
+            version = r.headers.get("x-aiops-model-version", "")
+        except httpx.HTTPError:
+            status, version = 0, ""
+        finally:
+            slots.release()
+        self.samples.append(Sample(time.time(), w.kind, w.model, version,
+                                   time.perf_counter() - started, status))
 
     def window(self, seconds: float, where: Callable[[Sample], bool] = lambda s: True
                ) -> list[Sample]:

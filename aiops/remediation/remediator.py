@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from aiops.analytics.findings import FaultClass
 from aiops.analytics.incidents import Incident, IncidentTracker, Status
 from aiops.errors import AIOpsError
 from aiops.remediation.actions import Action, ActionKind, ControlPlane, execute, new_action
@@ -41,6 +42,10 @@ def plan(incident: Incident, status: dict[str, Any], now_ns: int) -> Action | No
     if not incident.causes:
         return None
     cause = incident.causes[0]
+    if cause.fault_class is FaultClass.NODE:
+        # Serve reschedules a lost node's replicas on the nodes left; the incident resolves
+        # once they are replaced. A rollback or restart would not bring the node back.
+        return None
     model = status.get("models", {}).get(cause.entity.service)
     if model is None or cause.entity.version is None:
         return None

@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiops.analytics.findings import NOT_WARMUP
 from aiops.errors import AIOpsError
 from aiops.remediation.actions import Action, ActionKind, ControlPlane, new_action
 from aiops.store import Store
@@ -34,12 +35,12 @@ log = logging.getLogger(__name__)
 NS = 1_000_000_000
 DEFAULT_STEPS = (5, 25, 50, 100)
 
-_SQL = """
+_SQL = f"""
 SELECT attributes->>'aiops.model.version' AS version, duration_ns,
        status_code = 'error' AS failed
 FROM spans
 WHERE service_name = ? AND attributes->>'aiops.model.version' IN (?, ?)
-  AND epoch_ns(start_time) >= ? AND epoch_ns(start_time) < ?
+  AND start_time >= make_timestamp_ns(?) AND start_time < make_timestamp_ns(?) AND {NOT_WARMUP}
 """
 
 

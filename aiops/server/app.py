@@ -170,6 +170,14 @@ def create_app(settings: Settings, store: Store,
           registry=registry).set_function(lambda: budget.peak)
     Gauge("aiops_ingest_group_commits", "Group commits so far",
           registry=registry).set_function(lambda: writer.commits)
+    if analyzer is not None:
+        stats = analyzer.stats
+        Gauge("aiops_analytics_rounds", "Analytics rounds so far",
+              registry=registry).set_function(lambda: stats.rounds)
+        Gauge("aiops_analytics_round_seconds", "Duration of the last analytics round",
+              registry=registry).set_function(lambda: stats.last_round_s)
+        Gauge("aiops_analytics_round_max_seconds", "Longest analytics round so far",
+              registry=registry).set_function(lambda: stats.max_round_s)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -348,7 +356,7 @@ def _analyzer(settings: Settings, store: Store, remediator: Remediator) -> Analy
         resolve_after_s=settings.analytics_resolve_after_s,
         objectives=objectives_from_specs(settings.models_file),
         calls=load_service_map(settings.service_map_file) if settings.service_map_file
-        else None)
+        else None, own_ports=(settings.server_port,))
     return Analyzer(store, config, on_round=remediator.on_round)
 
 

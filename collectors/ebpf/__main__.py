@@ -12,8 +12,8 @@ from aiops.auth import stack_credential
 from aiops.config import load_settings
 from aiops.logs import configure_json_logging
 from aiops.tls import client_verify
-from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE, REPLICAS_FILE
-from collectors.ebpf.collector import READY_FILE, EbpfCollector, preflight
+from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE, NODES_FILE, REPLICAS_FILE
+from collectors.ebpf.collector import EbpfCollector, preflight, ready_file
 
 log = logging.getLogger("collectors.ebpf")
 
@@ -31,7 +31,9 @@ def main() -> int:
                               [Path(settings.data_dir) / REPLICAS_FILE,
                                Path(settings.data_dir) / ATTACHED_REPLICAS_FILE],
                               settings.ebpf_kernel_source, verify=client_verify(settings),
-                              token=stack_credential(Path(settings.data_dir), "ebpf"))
+                              token=stack_credential(Path(settings.data_dir), "ebpf"),
+                              node=settings.ebpf_node,
+                              nodes_file=Path(settings.data_dir) / NODES_FILE)
     if not collector.probes:
         print("aiops ebpf: cannot run: no probe attached: "
               + "; ".join(f"{k}: {v}" for k, v in collector.stats.attach_failures.items()),
@@ -40,10 +42,11 @@ def main() -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    log.info("eBPF collector exporting to %s every %.1f s", settings.server_url,
-             settings.ebpf_interval_s)
+    log.info("eBPF collector of %s exporting to %s every %.1f s",
+             f"Ray node {settings.ebpf_node}" if settings.ebpf_node else "this machine",
+             settings.server_url, settings.ebpf_interval_s)
     try:
-        collector.run(stop, Path(settings.data_dir) / READY_FILE)
+        collector.run(stop, Path(settings.data_dir) / ready_file(settings.ebpf_node))
     finally:
         collector.close()
     return 0

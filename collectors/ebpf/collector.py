@@ -24,13 +24,20 @@ import httpx
 
 from collectors.ebpf.attribution import Processes
 from collectors.ebpf.export import build_request, send
+from collectors.ebpf.memory import CpuTimes, replica_rss
 from collectors.ebpf.probes import PROBES, Measurement, Probe, ProbeError
 
-__all__ = ["READY_FILE", "CollectorStats", "EbpfCollector", "kernel_source", "preflight"]
+__all__ = ["READY_FILE", "CollectorStats", "EbpfCollector", "kernel_source", "preflight",
+           "ready_file"]
 
 log = logging.getLogger(__name__)
 
 READY_FILE = "ebpf.ready"  # in the data dir, while the collector runs
+
+
+def ready_file(node: str | None) -> str:
+    """The ready marker's name: one per collector, so one per node when there are several."""
+    return f"ebpf-{node}.ready" if node else READY_FILE
 REPO_HEADERS = Path(__file__).resolve().parents[2] / ".build" / "kernel-headers"
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 
@@ -94,10 +101,13 @@ class EbpfCollector:
                  replicas_file: Path | Sequence[Path] | None = None,
                  headers: Path | None = None,
                  probes: tuple[type[Probe], ...] = PROBES,
-                 verify: ssl.SSLContext | bool = True, token: str | None = None) -> None:
+                 verify: ssl.SSLContext | bool = True, token: str | None = None,
+                 node: str | None = None, nodes_file: Path | None = None) -> None:
         self.server_url = server_url
         self.interval_s = interval_s
-        self.procs = Processes(replicas_file)
+        self.node = node  # one collector per Ray node: only that node's processes
+        self.procs = Processes(replicas_file, node=node, nodes_file=nodes_file)
+        self._cpu_times = CpuTimes()
         self.stats = CollectorStats()
         source = kernel_source(headers)
         if source is not None:
@@ -142,6 +152,13 @@ class EbpfCollector:
         for name, reason in self.stats.attach_failures.items():
             out.append(Measurement("aiops.ebpf.collector.probe_attached",
                                    {"probe": name, "error": reason}, value=0.0, gauge=True))
+        out.extend(replica_rss(self.procs))
+        out.extend(self._cpu_times.collect(self.procs))
+        if self.node is not None:
+            # The kernel is the machine's: another node's processes are its collector's.
+            out = [m for m in out if m.name.startswith("aiops.ebpf.collector.")
+                   or not isinstance(pid := m.attributes.get("process.pid"), int)
+                   or self.procs.mine(pid)]
         cpu = _cpu_seconds()
         out.append(Measurement("aiops.ebpf.collector.cpu_seconds", {"process.pid": os.getpid()},
                                value=cpu - self._last_cpu))
@@ -152,7 +169,7 @@ class EbpfCollector:
         """One drain and export; returns the points sent (0 when the export failed)."""
         measurements = self.collect()
         now = time.time_ns()
-        request = build_request(measurements, self._last_ns, now)
+        request = build_request(measurements, self._last_ns, now, node=self.node)
         self._last_ns = now
         self.stats.cycles += 1
         try:

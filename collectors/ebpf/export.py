@@ -21,6 +21,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 )
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
+from aiops.schema import NODE_ATTR
 from collectors.ebpf.probes import BOUNDS_S, Measurement
 
 __all__ = ["SCOPE", "SERVICE", "build_request", "send"]
@@ -36,14 +37,14 @@ def _kv(key: str, value: str | int) -> KeyValue:
 
 
 def build_request(measurements: list[Measurement], start_ns: int, end_ns: int,
-                  version: str = "") -> ExportMetricsServiceRequest:
+                  version: str = "", node: str | None = None) -> ExportMetricsServiceRequest:
     """Delta points over [start_ns, end_ns]: one Metric per name, one point per attribute set."""
     metrics: dict[str, Metric] = {}
     for m in measurements:
         metric = metrics.get(m.name)
         if metric is None:
-            metric = Metric(name=m.name, unit="s" if m.is_histogram else "1" if m.gauge
-                            else "{event}")
+            metric = Metric(name=m.name, unit=m.unit or ("s" if m.is_histogram else "1"
+                                                          if m.gauge else "{event}"))
             if m.is_histogram:
                 metric.histogram.CopyFrom(Histogram(aggregation_temporality=_DELTA))
             elif m.gauge:
@@ -62,7 +63,8 @@ def build_request(measurements: list[Measurement], start_ns: int, end_ns: int,
                                     time_unix_nano=end_ns, as_double=m.value or 0.0)
             (metric.gauge if m.gauge else metric.sum).data_points.append(point)
     resource = Resource(attributes=[_kv("service.name", SERVICE),
-                                    _kv("host.name", socket.gethostname())])
+                                    _kv("host.name", socket.gethostname()),
+                                    *([_kv(NODE_ATTR, node)] if node else [])])
     return ExportMetricsServiceRequest(resource_metrics=[ResourceMetrics(
         resource=resource,
         scope_metrics=[ScopeMetrics(scope=InstrumentationScope(name=SCOPE, version=version),

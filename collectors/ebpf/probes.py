@@ -47,6 +47,7 @@ class Measurement:
     bucket_counts: list[int] = field(default_factory=list)
     value: float | None = None  # set for counters and gauges
     gauge: bool = False  # a current state (e.g. probe attached), not a count of events
+    unit: str | None = None  # UCUM; default: s (histograms), 1 (gauges), {event} (counters)
 
     @property
     def is_histogram(self) -> bool:

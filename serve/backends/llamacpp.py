@@ -64,6 +64,10 @@ class LlamaCppBackend:
                                   "temperature": request.temperature,
                                   "seed": request.seed, "stop": list(request.stop) or None,
                                   "stream": stream}
+        # No prefix reuse from the previous request: an answer must not depend on what was
+        # asked before it (reused KV entries and a fresh prompt evaluation round differently,
+        # so greedy decoding could diverge); the prompts here are short to evaluate again.
+        self._llm.reset()
         try:
             if request.prompt is not None:
                 return self._llm.create_completion(prompt=request.prompt, **common)

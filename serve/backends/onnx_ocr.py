@@ -24,6 +24,9 @@ class OnnxOcrBackend:
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
         self.min_score = float(spec.options.get("min_score", 0.5))
+        # ONNX Runtime's default is a thread per core: one OCR request then takes every core
+        # of the node from its neighbours (and on 2 cores spends more CPU, not less time).
+        self.threads = int(spec.options.get("threads", 1))
         self._engine: Any = None
         self._lock = threading.Lock()
 
@@ -32,7 +35,8 @@ class OnnxOcrBackend:
             from rapidocr_onnxruntime import RapidOCR
         except ImportError as exc:
             raise ModelError("rapidocr-onnxruntime is not installed (aiops[serve])") from exc
-        self._engine = RapidOCR()
+        self._engine = RapidOCR(intra_op_num_threads=self.threads,
+                                inter_op_num_threads=self.threads)
 
     def see(self, images: list[bytes], prompt: str) -> Generation:
         import io

@@ -48,6 +48,16 @@ def test_the_percentile_asked_for_is_the_one_answered_with_its_sql(store: Store)
     assert "quantile_cont(duration_ns, 0.99)" in a.text and "```sql" in a.text
 
 
+def test_a_replicas_warm_up_requests_are_not_users_requests(store: Store) -> None:
+    _requests(store, T0 - 300 * NS, 20, 1000, 40)
+    warm = span(T0 - 200 * NS, 3000)  # a replica warming itself: a root span, 3 s
+    warm["attributes"] = warm["attributes"][:-1] + ', "aiops.warmup": "true"}'
+    add_spans(store, [warm])
+    a = _ask(store, "what is the p99 latency of echo over the last 10 minutes?")
+    assert a.report is not None and a.report.rows[0]["requests"] == 20
+    assert a.report.rows[0]["p99_ms"] < 1000
+
+
 def test_a_chinese_question_reads_the_same(store: Store) -> None:
     _requests(store, T0 - 300 * NS, 100, 1000, 40)
     a = _ask(store, "echo过去十分钟的P99延迟是多少?")

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from agents.tools import Limits, Toolbox, ToolStatus
+from agents.tools import RECENT_TRACE_S, Limits, Toolbox, ToolStatus
 from aiops.config import Settings, load_settings
 from aiops.lifecycle import LifecycleClient
 from aiops.remediation.policy import Policy
 from aiops.remediation.remediator import Remediator
 from aiops.store import Store
 from tests.agents.scenario import slow_canary
-from tests.aiops.analytics.telemetry import T0
+from tests.aiops.analytics.telemetry import NS, T0, add_spans, span
 
 
 @pytest.fixture
@@ -34,6 +34,26 @@ def test_incidents_are_listed_and_described_with_their_evidence(box: Toolbox) ->
     trace = next(e["id"] for e in evidence.data["evidence"] if e["kind"] == "trace")
     spans = box.call("trace_lookup", trace_id=trace)
     assert spans.ok and spans.data[0]["service_name"] == "echo"
+
+
+def test_a_trace_comes_back_whole_whether_recent_or_old(store: Store) -> None:
+    box = Toolbox(store, now=lambda: T0)
+    recent, crossing, old = "a" * 32, "b" * 32, "c" * 32
+    hour = RECENT_TRACE_S * NS
+    rows = [span(T0 - 60 * NS, 50), span(T0 - 60 * NS, 52, service="ingress"),
+            # its root started before the hour, a child ended inside it
+            span(T0 - hour - 60 * NS, 50), span(T0 - hour - 120 * NS, 200_000,
+                                                 service="ingress"),
+            span(T0 - 5 * hour, 50), span(T0 - 5 * hour, 52, service="ingress")]
+    for r, tid in zip(rows, [recent, recent, crossing, crossing, old, old], strict=True):
+        r["trace_id"] = tid
+    for child, root in ((rows[0], rows[1]), (rows[2], rows[3]), (rows[4], rows[5])):
+        child["parent_span_id"] = root["span_id"]
+    add_spans(store, rows)
+    for tid in (recent, crossing, old):
+        found = box.call("trace_lookup", trace_id=tid)
+        assert found.ok and sorted(r["service_name"] for r in found.data) == ["echo",
+                                                                              "ingress"]
 
 
 def test_bad_parameters_are_errors_the_caller_can_read(box: Toolbox) -> None:

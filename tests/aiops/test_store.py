@@ -8,7 +8,7 @@ import pytest
 
 from aiops.errors import QueryRejected, SchemaMismatch, StoreError
 from aiops.migrations import MIGRATIONS
-from aiops.store import Store
+from aiops.store import TRACE_INDEX, Store
 
 
 def spans_batch(n: int, trace_id: str = "ab" * 16) -> pa.Table:
@@ -96,6 +96,27 @@ def test_data_and_migrations_survive_reopening(tmp_path: Path) -> None:
     assert s.count("spans") == 4
     applied = s.query("SELECT version FROM schema_migrations").rows
     assert applied == [(m.version,) for m in MIGRATIONS]
+    s.close()
+
+
+def test_the_trace_index_is_created_kept_and_dropped_as_the_setting_says(tmp_path: Path
+                                                                          ) -> None:
+    path = tmp_path / "t.duckdb"
+
+    def indexes(s: Store) -> list[tuple[str]]:
+        return s.query("SELECT index_name FROM duckdb_indexes()").rows
+
+    s = Store(path, trace_index=True)
+    s.append("spans", spans_batch(3, "cd" * 16))
+    assert indexes(s) == [(TRACE_INDEX,)]
+    assert s.count("spans") == 3
+    assert s.query("SELECT count(*) FROM spans WHERE trace_id = ?", ["cd" * 16]).rows == [(3,)]
+    s.close()
+    s = Store(path)  # no say: left as it is
+    assert indexes(s) == [(TRACE_INDEX,)]
+    s.close()
+    s = Store(path, trace_index=False)
+    assert indexes(s) == [] and s.count("spans") == 3
     s.close()
 
 

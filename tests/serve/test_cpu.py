@@ -12,14 +12,22 @@ import pytest
 CHILD = """
 import os, threading
 from serve.cpu import use_idle_cpu
-threading.Thread(target=lambda: threading.Event().wait(5), daemon=True).start()  # before
+# Before: alive until the checks are done (a timed wait could end under load, and a thread
+# gone between listing and asking would fail the check rather than the code).
+done = threading.Event()
+threading.Thread(target=done.wait, daemon=True).start()
 moved = use_idle_cpu()
 later = []
 t = threading.Thread(target=lambda: later.append(os.sched_getscheduler(0)))  # after
 t.start(); t.join()
-tids = [int(t) for t in os.listdir("/proc/self/task")]
-print(moved, all(os.sched_getscheduler(t) == os.SCHED_IDLE for t in tids),
-      later == [os.SCHED_IDLE])
+def policy(tid):
+    try:
+        return os.sched_getscheduler(tid)
+    except ProcessLookupError:  # joined, yet still listed for a moment: Python's join returns
+        return os.SCHED_IDLE    # before the OS thread is gone
+policies = [policy(int(t)) for t in os.listdir("/proc/self/task")]
+print(moved, all(p == os.SCHED_IDLE for p in policies), later == [os.SCHED_IDLE])
+done.set()
 """
 
 

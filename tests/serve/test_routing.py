@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter
 from typing import Any
 
 import pytest
 
+from serve.admission import Rerouted
 from serve.routing import NoVersionServing, build_routes
-from serve.specs import ModelSpec
+from serve.specs import ModelSpec, Priority
 
 
 def spec(version: str, **over: Any) -> dict[str, Any]:
@@ -59,3 +61,31 @@ def test_a_rebuild_keeps_gates_and_handles_and_takes_new_limits() -> None:
     v1, v2 = second["m"].versions
     assert v1.gate is gate and gate.in_flight == 3 and gate.capacity == 7
     assert v1.handle == "handle:m-v1/m-v1" and v2.handle == "handle:m-v2/m-v2"
+
+
+def test_a_rolled_back_version_hands_its_waiting_requests_back_to_be_routed_again() -> None:
+    async def scenario() -> tuple[list[str], int]:
+        first = build_routes(table({"v1": 70, "v2": 30}, max_ongoing_requests=1), {}, handle)
+        gate = next(v.gate for v in first["m"].versions if v.version == "v2")
+        release = asyncio.Event()
+
+        async def request() -> str:
+            try:
+                async with gate.slot(Priority.REALTIME):
+                    await release.wait()
+                    return "served by v2"
+            except Rerouted:
+                return "rerouted"
+
+        running = asyncio.create_task(request())
+        await asyncio.sleep(0)
+        waiting = [asyncio.create_task(request()) for _ in range(2)]
+        await asyncio.sleep(0)
+        build_routes(table({"v1": 100, "v2": 0}, max_ongoing_requests=1), first, handle)
+        outcomes = list(await asyncio.gather(*waiting))
+        release.set()  # the request v2 had already started finishes there
+        outcomes.append(await running)
+        return outcomes, gate.in_flight
+
+    outcomes, in_flight = asyncio.run(scenario())
+    assert outcomes == ["rerouted", "rerouted", "served by v2"] and in_flight == 0

@@ -16,12 +16,14 @@ class FaultClass(StrEnum):
     MEMORY = "memory"
     NETWORK = "network"
     CRASH = "crash"
+    NODE = "node"  # the node a replica ran on was lost (its raylet gone)
 
 
 class EvidenceKind(StrEnum):
     TRACE = "trace"
     LOG_TEMPLATE = "log_template"
     METRIC = "metric"
+    EVENT = "event"  # a control-plane event record (logs.event_name), e.g. a node lost
 
 
 @dataclass(frozen=True)

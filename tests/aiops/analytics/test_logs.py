@@ -33,6 +33,10 @@ MINUTE = 60 * 10**9
     ("checkpoint written at 2024-05-01T12:00:03.123Z", "checkpoint written at <*>"),
     ("status=M Fri Jul 01 08:16:53 PDT 2005", "status=M <*>"),
     ("device FF:F2:9F:16:E2:23 online", "device <*> online"),
+    ("fetched https://cdn.example.org/a/b?x=1 ok", "fetched <*> ok"),
+    (r"Loaded C:\Windows\winsxs\core.dll ok", "Loaded <*> ok"),
+    ("attempt_1445_0020_m_000002_0 finished", "<*> finished"),
+    ("told master about broadcast_4_piece0", "told master about <*>"),
 ])
 def test_values_are_masked_from_the_first_message(body: str, template: str) -> None:
     assert LogTemplates().add(body).template == template
@@ -101,6 +105,57 @@ def test_evicted_clusters_are_forgotten_when_clusters_are_capped() -> None:
         miner.add(f"{word} {word} {word}")
     kept = [t.template for t in miner.templates()]
     assert len(kept) <= 4 and "foxtrot foxtrot foxtrot" in kept
+
+
+# Over-splitting, in a made-up format: the kinds of variables a system never seen before may log
+# (a word in front, a list of values, values of several shapes) must not split one template.
+
+PROGRAMS = ["chrome.exe", "mailer", "backup-agent", "sync.d", "editor", "vpn-client"]
+PROXY = "<*> - relay.example.net:<*> opened through gateway gw.example.net:<*> TLS"
+
+
+def _proxy_lines() -> list[str]:
+    return [f"{p} - relay.example.net:{8000 + i} opened through gateway gw.example.net:3128 TLS"
+            for i in range(4) for p in PROGRAMS]
+
+
+def test_a_variable_word_in_front_is_one_template_not_one_per_value() -> None:
+    lines = _proxy_lines()
+    # Drain's prefix tree takes the first token for a constant: one cluster per program.
+    assert len(set(mine(lines, LogTemplates(join_th=None)))) == len(PROGRAMS)
+    # Joining clusters that agree elsewhere gives the one true template back.
+    assert set(mine(lines)) == {PROXY}
+
+
+def test_a_joined_cluster_is_not_new_and_earlier_ids_still_resolve() -> None:
+    miner = LogTemplates()
+    lines = _proxy_lines()
+    matches = [miner.add(line) for line in lines]
+    assert sum(m.is_new for m in matches) < len(PROGRAMS)
+    assert {miner.template_of(m.template_id, b) for m, b in zip(matches, lines, strict=True)
+            } == {PROXY}
+    assert [t.template for t in miner.templates()] == [PROXY]
+
+
+def test_a_list_of_values_is_one_template_whatever_its_length() -> None:
+    lines = [f"scheduling deletion of {' '.join(f'blk_{i * 7 + k}' for k in range(n))}"
+             for i, n in enumerate([1, 2, 3, 2, 5, 1, 4, 3])]
+    assert len(set(mine(lines))) == 1
+
+
+def test_values_of_several_shapes_in_one_position_are_a_variable() -> None:
+    durations = ["00:01", "01:02:03", "00:07", "10:00:00", "<1", "02:30"]
+    lines = [f"session closed, lifetime {d} total" for d in durations]
+    assert len(set(mine(lines))) == 1
+
+
+def test_an_enumeration_can_require_its_words_to_recur() -> None:
+    once = ["Invalid user alice", "Invalid user bob", "Invalid user carol"]
+    # By default three words make an enumeration even when each is seen once...
+    assert len(set(mine(once))) == 3
+    # ...with enum_support=2 an enumeration needs two messages per word on average.
+    assert set(mine(once, LogTemplates(enum_support=2))) == {"Invalid user <*>"}
+    assert len(set(mine(once * 2, LogTemplates(enum_support=2)))) == 3
 
 
 @pytest.mark.parametrize(("template", "loghub"), [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiops.analytics.findings import FaultClass
 from aiops.analytics.traces import TraceThresholds, trace_findings
 from aiops.store import Store
-from tests.aiops.analytics.telemetry import NS, T0, traffic
+from tests.aiops.analytics.telemetry import NS, T0, add_spans, span, traffic
 
 T = TraceThresholds(window_s=20, baseline_s=600)
 
@@ -24,6 +24,39 @@ def test_a_latency_step_fires_for_the_version_and_operation(store: Store) -> Non
     assert any(e.kind == "trace" for e in found[0].evidence)
 
 
+def test_a_slowdown_its_slo_still_calls_fast_is_not_a_finding(store: Store) -> None:
+    # 8x slower (a neighbour's burst on a busy node), yet 400 ms is within echo's 500 ms SLO.
+    traffic(store, T0 - 300 * NS, 280, 5, 50)
+    traffic(store, T0 - 20 * NS, 20, 5, 400)
+    assert trace_findings(store, T0, T, slow_ms={"echo": 500}) == []
+    found = trace_findings(store, T0, T, slow_ms={"echo": 300})  # beyond it: an incident
+    assert [(f.entity.service, f.fault_class) for f in found
+            if f.entity.service == "echo"] == [("echo", FaultClass.LATENCY)]
+
+
+def test_a_canarys_tail_beyond_its_slo_is_found_on_two_spans(store: Store) -> None:
+    # The stable version is slowed too (2x: contention on the node), so the SLO floor holds.
+    traffic(store, T0 - 300 * NS, 280, 5, 50, version="v1")
+    traffic(store, T0 - 20 * NS, 20, 5, 100, version="v1")
+    add_spans(store, [span(T0 - 8 * NS, 700, version="v2"), span(T0 - 4 * NS, 700,
+                                                                 version="v2")])
+    found = trace_findings(store, T0, T, slow_ms={"echo": 500})
+    assert [(f.entity.version, f.fault_class) for f in found
+            if f.entity.service == "echo"] == [("v2", FaultClass.LATENCY)]
+    assert [f for f in trace_findings(store, T0, T, slow_ms={"echo": 800})
+            if f.entity.service == "echo"] == []
+
+
+def test_a_canary_far_slower_than_its_unslowed_sibling_is_found_within_its_slo(
+        store: Store) -> None:
+    # v1 serves at its usual speed in the same window: not contention, v2's own regression.
+    traffic(store, T0 - 300 * NS, 300, 5, 50, version="v1")
+    add_spans(store, [span(T0 - 8 * NS, 700, version="v2"), span(T0 - 4 * NS, 700,
+                                                                 version="v2")])
+    found = trace_findings(store, T0, T, slow_ms={"echo": 800})
+    assert [(f.entity.version, f.fault_class) for f in found] == [("v2", FaultClass.LATENCY)]
+
+
 def test_a_slow_canary_is_compared_with_its_stable_sibling(store: Store) -> None:
     traffic(store, T0 - 300 * NS, 300, 5, 50, version="v1")
     traffic(store, T0 - 20 * NS, 20, 1, 350, version="v2")  # new: no history of its own
@@ -40,7 +73,43 @@ def test_an_error_burst_fires_errors(store: Store) -> None:
     assert ("echo", FaultClass.ERRORS) in found
 
 
-def test_too_few_spans_say_nothing(store: Store) -> None:
+def test_one_slow_request_is_not_an_anomaly(store: Store) -> None:
     traffic(store, T0 - 300 * NS, 280, 5, 50)
-    traffic(store, T0 - 3 * NS, 1, 3, 900)
+    traffic(store, T0 - 3 * NS, 1, 1, 900)
+    assert trace_findings(store, T0, T) == []
+
+
+def test_two_slow_requests_among_many_are_not_an_anomaly(store: Store) -> None:
+    traffic(store, T0 - 300 * NS, 300, 5, 50)
+    add_spans(store, [span(T0 - 5 * NS, 900), span(T0 - 4 * NS, 900)])
+    assert trace_findings(store, T0, T) == []
+
+
+def test_a_canarys_first_two_requests_far_beyond_its_siblings_tail_fire(store: Store) -> None:
+    # v2 served its gate requests normally (a few spans of history of its own), then both of
+    # its first routed requests are slower than anything v1 served: below min_spans, the
+    # tail test finds it.
+    traffic(store, T0 - 300 * NS, 300, 2, 50, version="v1")
+    traffic(store, T0 - 60 * NS, 1, 5, 50, version="v2")
+    add_spans(store, [span(T0 - 9 * NS, 5050, version="v2"),  # began before the window
+                      span(T0 - 7 * NS, 5050, version="v2")])
+    found = [f for f in trace_findings(store, T0, T) if f.entity.service == "echo"]
+    assert [(f.entity.version, f.fault_class) for f in found] == [("v2", FaultClass.LATENCY)]
+    assert "2 of 2 spans slower than" in found[0].summary
+
+
+def test_a_canarys_first_failures_fire_errors_on_few_spans(store: Store) -> None:
+    traffic(store, T0 - 300 * NS, 300, 2, 50, version="v1")
+    add_spans(store, [span(T0 - 4 * NS, 20, version="v2", status=500),
+                      span(T0 - 3 * NS, 20, version="v2", status=500),
+                      span(T0 - 2 * NS, 50, version="v2")])
+    found = {(f.entity.service, f.entity.version, f.fault_class)
+             for f in trace_findings(store, T0, T)}
+    assert ("echo", "v2", FaultClass.ERRORS) in found
+
+
+def test_one_failure_of_few_is_not_an_error_burst(store: Store) -> None:
+    traffic(store, T0 - 300 * NS, 300, 2, 50, version="v1")
+    add_spans(store, [span(T0 - 4 * NS, 20, version="v2", status=500),
+                      span(T0 - 2 * NS, 50, version="v2")])
     assert trace_findings(store, T0, T) == []

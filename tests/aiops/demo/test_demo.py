@@ -11,19 +11,35 @@ from rich.console import Console
 from aiops.bench.common import free_port
 from aiops.config import Settings
 from aiops.demo.runner import demo_settings, run_demo
+from aiops.demo.scenarios import ORDER
+from aiops.demo.traffic import CHAT, EMBED, VISION, Workload
 from aiops.stack import read_state
 
-pytestmark = pytest.mark.stack
+# `make test` runs these on their own, after the rest of the suite: with the session's stack
+# (its Ray, its eBPF collector) sharing the 2 cores, the chat model's stable version queued
+# past its SLO after the rollback and the rollback's verification failed (CI failed so).
+pytestmark = [pytest.mark.stack, pytest.mark.alone]
+
+# The demo's own mix at about two thirds of its rates: the test runner shares the 2 cores
+# with the demo's stack, and at the full rates the chat model's stable version queued past
+# its SLO before any fault (a saturated machine is an incident of its own). `aiops demo`
+# and `aiops bench demo` run the full rates.
+TRAFFIC = (Workload("chat", CHAT, 0.9), Workload("stream", CHAT, 0.45),
+           Workload("embed", EMBED, 1.0), Workload("image", VISION, 0.05))
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return demo_settings(Settings(data_dir=tmp_path / "data", server_port=free_port(),
+                                  serve_port=free_port(), control_port=free_port(),
+                                  ray_metrics_port=free_port()))
 
 
 def test_the_default_scenario_detects_attributes_rolls_back_recovers_and_reports(
         tmp_path: Path) -> None:
-    base = Settings(data_dir=tmp_path / "data", server_port=free_port(),
-                    serve_port=free_port(), control_port=free_port(),
-                    ray_metrics_port=free_port())
-    settings = demo_settings(base)
+    settings = _settings(tmp_path)
     console = Console(record=True, width=120)
-    [r] = run_demo(settings, console, ["canary"], tmp_path / "reports", headless=True)
+    [r] = run_demo(settings, console, ["canary"], tmp_path / "reports", headless=True,
+                   workloads=TRAFFIC)
 
     assert r.incident is not None and r.attributed, r.incident
     assert (r.incident["service"], r.incident["model_version"]) == ("smollm2-135m-instruct",
@@ -46,3 +62,48 @@ def test_the_default_scenario_detects_attributes_rolls_back_recovers_and_reports
     assert json.loads((folder / "report.json").read_text())[0]["attributed"] is True
 
     assert read_state(settings) == []  # everything it started is stopped
+
+
+@pytest.mark.timeout(1800)
+def test_every_scenario_is_detected_attributed_to_its_component_and_class_and_recovers(
+        tmp_path: Path) -> None:
+    """`aiops demo --scenario all`: a slow canary, CPU burn, a memory leak, a crash loop and
+    an error burst, one after another on one stack; each is the incident of the right model
+    version with the right fault class by the time it is acted on, and each recovers."""
+    settings = _settings(tmp_path)
+    results = run_demo(settings, Console(record=True, width=120), list(ORDER),
+                       tmp_path / "reports", headless=True, workloads=TRAFFIC)
+
+    assert [r.scenario.name for r in results] == list(ORDER)
+    for r in results:
+        inc = r.incident or {}
+        assert r.attributed, (r.scenario.name, inc.get("fault_class"), inc.get("service"),
+                              inc.get("model_version"), inc.get("summary"))
+        assert r.mttd_s is not None and r.resolved_at is not None and r.ttr_s is not None, \
+            (r.scenario.name, r.problems)
+        assert not r.problems, (r.scenario.name, r.problems)
+    by_name = {r.scenario.name: r for r in results}
+    for canary in ("canary", "error-burst"):
+        act = by_name[canary].action
+        assert act is not None and act["kind"] == "rollback" and act["status"] in (
+            "executed", "verified"), (canary, act)
+    assert read_state(settings) == []
+
+
+@pytest.mark.timeout(1200)
+def test_losing_a_worker_node_is_attributed_to_the_node_and_its_replicas_recover(
+        tmp_path: Path) -> None:
+    """`aiops demo --scenario node-loss`: a head and a worker Ray node; the worker's raylet
+    and every process under it are killed; the incident names the node (fault class node)
+    on the model version whose replica was there, no action is taken, Serve reschedules the
+    replicas on the head and the incident resolves."""
+    settings = _settings(tmp_path)
+    [r] = run_demo(settings, Console(record=True, width=120), ["node-loss"],
+                   tmp_path / "reports", headless=True, workloads=TRAFFIC)
+
+    inc = r.incident or {}
+    assert r.attributed, (inc.get("fault_class"), inc.get("service"), inc.get("summary"))
+    assert inc["evidence"]["root_causes"][0]["node"] == "worker-1"
+    assert r.action is None
+    assert r.mttd_s is not None and r.resolved_at is not None and not r.problems, r.problems
+    assert read_state(settings) == []

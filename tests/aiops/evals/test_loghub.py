@@ -133,11 +133,13 @@ def test_a_root_without_systems_is_an_error(tmp_path: Path) -> None:
 
 # -- the real corpus -------------------------------------------------------------------------
 
-# What this miner measured (GA, PA); the test allows 0.01 below.
+# What the miner at its frozen defaults measured (GA, PA); the test allows 0.01 below. These are
+# in-sample figures (the defaults were chosen on these systems): test_loghub_loso.py holds the
+# held-out ones.
 MEASURED = {
     "Apache": (1.000, 1.000),
     "BGL": (0.981, 0.981),
-    "HDFS": (0.998, 0.999),
+    "HDFS": (1.000, 1.000),
     "HealthApp": (1.000, 0.874),
     "Linux": (1.000, 0.542),
     "OpenSSH": (1.000, 0.998),

@@ -69,7 +69,9 @@ def _apply(stack: Settings, tmp: Path, versions: list[str]) -> None:
 
 def _rollout(stack: Settings, version: str) -> dict[str, Any]:
     with ServerClient(stack.server_url) as db:
-        state = db.rollout("echo", version, admin_token(stack), [5, 25, 50, 100], 4)
+        # 6 s steps (up to 18 s when a step has too few requests): on a busy CI machine a
+        # 5% step of 4 s saw too few canary requests to judge.
+        state = db.rollout("echo", version, admin_token(stack), [5, 25, 50, 100], 6)
         deadline = time.monotonic() + 120
         while state["status"] in ("pending", "running") and time.monotonic() < deadline:
             time.sleep(1)
@@ -95,7 +97,8 @@ def test_a_healthy_version_is_rolled_out_step_by_step_and_promoted(
         stack: Settings, tmp_path: Path) -> None:
     _apply(stack, tmp_path, ["v1", "v2"])
     state = _rollout(stack, "v2")
-    assert state["status"] == "promoted", state["history"]
+    assert state["status"] == "promoted", (state["history"],
+                                           _ledger(stack, state["rollout_id"]))
     assert [h["percent"] for h in state["history"]] == [5, 25, 50]
     assert all(h["ok"] for h in state["history"])
     with LifecycleClient.from_settings(stack) as control:
@@ -114,7 +117,8 @@ def test_a_slow_version_is_stopped_at_its_first_step_and_rolled_back(
         state = _rollout(stack, "v3")
         weights = {v["version"]: v["weight"]
                    for v in control.status()["models"]["echo"]["versions"]}
-    assert state["status"] == "rolled_back", state
+    assert state["status"] == "rolled_back", (state["history"],
+                                              _ledger(stack, state["rollout_id"]))
     assert state["history"] == [{"percent": 5, "ok": False,
                                  "reason": state["history"][0]["reason"]}]
     assert state["history"][0]["reason"].startswith("latency")

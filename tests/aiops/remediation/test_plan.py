@@ -46,3 +46,8 @@ def test_no_known_good_version_means_no_rollback() -> None:
     assert plan(_incident("2"), _status(None, **{"2": 100}), 0) is None
     # A stable version the control plane does not list is not one to return to.
     assert plan(_incident("2"), _status("0", **{"2": 100, "1": 0}), 0) is None
+
+
+def test_a_lost_node_is_no_rollback_serve_reschedules_its_replicas() -> None:
+    """Even on a canary: the version did nothing wrong, its node went away."""
+    assert plan(_incident("v2", FaultClass.NODE), _status("v1", v1=90, v2=10), 0) is None

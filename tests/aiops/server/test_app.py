@@ -219,3 +219,21 @@ def test_a_partly_invalid_request_commits_the_rest_and_says_what_was_rejected(
     assert server.store.count("spans") == 1
     assert 'aiops_otlp_rejected_records_total{signal="traces"} 1.0' in \
         httpx.get(f"{server.url}/metrics").text
+
+
+def test_own_metrics_say_how_long_the_analytics_rounds_take(server: RunningServer) -> None:
+    """The observer's own cost: rounds so far and the last and longest round's seconds."""
+    import re
+    import time
+
+    deadline = time.monotonic() + 15
+    rounds = 0.0
+    while time.monotonic() < deadline and rounds < 2:
+        text = httpx.get(f"{server.url}/metrics").text
+        found = re.search(r"^aiops_analytics_rounds (\S+)$", text, re.M)
+        rounds = float(found.group(1)) if found else 0.0
+        time.sleep(0.5)
+    assert rounds >= 2, text
+    last = float(re.search(r"^aiops_analytics_round_seconds (\S+)$", text, re.M).group(1))
+    most = float(re.search(r"^aiops_analytics_round_max_seconds (\S+)$", text, re.M).group(1))
+    assert 0 < last <= most < 10

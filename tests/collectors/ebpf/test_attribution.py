@@ -90,3 +90,66 @@ def test_the_owner_of_a_local_port_is_found() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         assert Processes().owner_of_port(s.getsockname()[1]) == os.getpid()
+
+
+def test_a_crashed_replica_keeps_its_identity_until_its_exit_is_reported(tmp_path: Path
+                                                                        ) -> None:
+    replicas = tmp_path / "serve-replicas.json"
+    row = {"pid": 2**22 + 99, "app": "e", "deployment": "e", "replica": "r9", "model": "e",
+           "version": "v1"}
+    replicas.write_text(json.dumps([row]))
+    procs = Processes(replicas)
+    procs.refresh()
+    replicas.write_text("[]")  # Serve noticed the crash first and rewrote the list
+    os.utime(replicas, (2, 2))
+    procs.refresh()
+    assert procs.info(row["pid"]).replica == "r9"  # the exit event is still attributed
+    procs.forget(row["pid"])
+    assert procs.info(row["pid"]).replica is None
+
+
+def test_a_node_collector_covers_its_nodes_replicas_and_what_runs_under_its_raylet(
+        tmp_path: Path) -> None:
+    """Two Ray nodes on one machine share a kernel: each node's collector keeps the
+    replicas the actor table places on it and the processes its raylet started; the head's
+    takes everything under no worker's raylet."""
+    import subprocess
+    import sys
+    import time
+
+    # A stand-in raylet with a child, as a worker node's raylet has its worker processes.
+    raylet = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                               "subprocess.Popen(['sleep', '60']).wait()"])
+    try:
+        child = None
+        for _ in range(100):
+            kids = Path(f"/proc/{raylet.pid}/task/{raylet.pid}/children").read_text().split()
+            if kids:
+                child = int(kids[0])
+                break
+            time.sleep(0.05)
+        assert child is not None
+        nodes = tmp_path / "ray-nodes.json"
+        nodes.write_text(json.dumps([
+            {"name": "head", "node_id": "aa", "raylet_pid": 1, "alive": True},
+            {"name": "worker-1", "node_id": "bb", "raylet_pid": raylet.pid, "alive": True}]))
+        replicas = tmp_path / "serve-replicas.json"
+        replicas.write_text(json.dumps([{"pid": os.getpid(), "app": "a", "deployment": "a",
+                                         "replica": "r-head", "model": "m", "version": "v1",
+                                         "node_id": "aa", "node": "head"}]))
+        head = Processes(replicas, node="head", nodes_file=nodes)
+        worker = Processes(replicas, node="worker-1", nodes_file=nodes)
+        everything = Processes(replicas)
+        for p in (head, worker, everything):
+            p.refresh()
+
+        assert head.mine(os.getpid()) and not worker.mine(os.getpid())
+        assert worker.info(os.getpid()).replica is None  # another node's replica
+        assert worker.mine(child) and worker.mine(raylet.pid) and not head.mine(child)
+        assert everything.mine(child) and everything.mine(os.getpid())
+    finally:
+        for pid in (child, raylet.pid):
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+        raylet.wait()

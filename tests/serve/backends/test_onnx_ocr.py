@@ -44,3 +44,13 @@ def test_a_blank_image_reads_as_nothing(backend: OnnxOcrBackend) -> None:
 def test_bytes_that_are_not_an_image_are_a_model_error(backend: OnnxOcrBackend) -> None:
     with pytest.raises(ModelError, match="not a readable image"):
         backend.see([b"definitely not a png"], "")
+
+
+def test_it_runs_on_the_threads_its_spec_gives_it_not_one_per_core(
+        backend: OnnxOcrBackend) -> None:
+    # A replica is scheduled for a share of a core; ONNX Runtime's default (one thread per
+    # core) would let each request take every core of the node.
+    engine = backend._engine
+    for part in (engine.text_det.infer, engine.text_cls.infer, engine.text_rec.session):
+        opts = part.session.get_session_options()
+        assert (opts.intra_op_num_threads, opts.inter_op_num_threads) == (1, 1)

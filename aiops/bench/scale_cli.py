@@ -1,0 +1,98 @@
+"""``aiops bench scale``, ``volume`` and ``phoenix``: what one server holds (P15)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from aiops.cli_common import console
+
+__all__ = ["bench_phoenix", "bench_scale", "bench_volume"]
+
+
+def bench_scale(
+    spans: Annotated[int, typer.Option(min=1000, max=200_000_000, help="Spans to load.")]
+    = 10_000_000,
+    logs: Annotated[int, typer.Option(min=1000, max=200_000_000, help="Log records.")]
+    = 10_000_000,
+    hours: Annotated[float, typer.Option(min=0.1, max=24 * 30, help="Time they span.")] = 24,
+    repetitions: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    trace_index: Annotated[bool, typer.Option(help="With the store_trace_index setting's "
+                                              "ART index on spans.trace_id.")] = False,
+    workdir: Annotated[Path, typer.Option(help="Where the store is written.")]
+    = Path(".aiops/bench/scale"),
+) -> None:
+    """The correlation and dashboard queries over a store of SPANS spans and LOGS log
+    records: p50/p95 per query (goal p95 <= 100 ms), load rate, store size, peak RSS."""
+    from aiops.bench.scale import ScaleConfig, run_scale
+
+    cfg = ScaleConfig(spans=spans, logs=logs, hours=hours, repetitions=repetitions,
+                      trace_index=trace_index)
+    r = run_scale(workdir, cfg, progress=console.log)
+    t = Table("query", "p50 ms", "p95 ms", "p95 <= 100 ms",
+              title=f"scale: {r.rows['spans']:,} spans + {r.rows['logs']:,} logs over "
+                    f"{hours:g} h, {repetitions} runs each"
+                    f"{', trace index' if trace_index else ''}")
+    for name in r.latencies_ms:
+        p95 = r.p(name, 95)
+        t.add_row(name, f"{r.p(name, 50):.1f}", f"{p95:.1f}", "yes" if p95 <= 100 else "NO")
+    console.print(t)
+    total = r.rows["spans"] + r.rows["logs"]
+    console.print(f"load: {r.load_s:.0f} s ({total / r.load_s:,.0f} rows/s); store "
+                  f"{r.store_mib:,.0f} MiB ({r.store_mib * 2**20 / total:.0f} B/row); peak "
+                  f"RSS {r.peak_rss_mib:,.0f} MiB; detect found: {', '.join(r.found) or 'nothing'}")
+
+
+def bench_phoenix(
+    venv: Annotated[Path, typer.Option(help="Virtualenv with arize-phoenix installed "
+                                      "(make phoenix-env).")] = Path(".venv-phoenix"),
+    requests: Annotated[int, typer.Option(min=1, max=10_000,
+                                          help="Distinct pre-encoded requests.")] = 20,
+    spans_per_request: Annotated[int, typer.Option(min=1, max=10_000)] = 1000,
+    clients: Annotated[int, typer.Option(min=1, max=64)] = 4,
+) -> None:
+    """Span ingest beside Arize Phoenix's OTLP receiver: the same requests into each, spans
+    stored per second and peak RSS, as ratios."""
+    from aiops.bench.phoenix import run_phoenix
+
+    r = run_phoenix(venv, requests, spans_per_request, clients)
+    t = Table("figure", "aiops", f"Phoenix {r.phoenix_version}", "aiops / Phoenix",
+              title=f"ingest beside Phoenix: {r.aiops.spans:,} spans, {clients} clients, "
+                    "each server on 1 core")
+    t.add_row("spans stored per second", f"{r.aiops.stored_per_s:,.0f}",
+              f"{r.phoenix.stored_per_s:,.0f}", f"{r.ratio:.2f}x")
+    t.add_row("seconds until the last answer", f"{r.aiops.accepted_s:.2f}",
+              f"{r.phoenix.accepted_s:.2f}", "")
+    t.add_row("seconds until every span is stored", f"{r.aiops.stored_s:.2f}",
+              f"{r.phoenix.stored_s:.2f}", "")
+    t.add_row("server peak RSS (MiB)", f"{r.aiops.peak_rss_mib:,.0f}",
+              f"{r.phoenix.peak_rss_mib:,.0f}",
+              f"{r.aiops.peak_rss_mib / r.phoenix.peak_rss_mib:.2f}x")
+    console.print(t)
+
+
+def bench_volume(
+    nodes: Annotated[int, typer.Option(min=1, max=1000, help="Serving nodes.")] = 100,
+    replicas_per_node: Annotated[int, typer.Option(min=1, max=64)] = 8,
+    requests_per_s: Annotated[float, typer.Option(min=0.1, max=100,
+                                                  help="Requests/s per replica.")] = 2.0,
+    seconds: Annotated[int, typer.Option(min=5, max=3600, help="How long to send.")] = 60,
+    workdir: Annotated[Path, typer.Option(help="Where the server's store is written.")]
+    = Path(".aiops/bench/volume"),
+) -> None:
+    """A cluster's telemetry live into one server (on one core, analytics on): per node one
+    trace and one log request a second, 3 spans and 2 log records per request; rows stored,
+    refusals, the server's CPU and RSS, its analytics rounds and a dashboard panel's latency
+    under that load."""
+    from aiops.bench.volume import VolumeConfig, run_volume, summary
+
+    cfg = VolumeConfig(nodes, replicas_per_node, requests_per_s, seconds)
+    r = run_volume(workdir, cfg, progress=console.log)
+    t = Table("figure", "value", title=f"volume: {seconds} s of a {nodes}-node cluster's "
+                                       "telemetry into one server")
+    for k, v in summary(r).items():
+        t.add_row(k, v)
+    console.print(t)
