@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from aiops.evals.nab_score import CostMatrix, FileSweep, Windows, sweep_file
+from aiops.evals.nab_score import CostMatrix, FileSweep, FloatArray, IntArray, Windows, sweep_file
 
 __all__ = [
     "EventCounts",
@@ -35,9 +35,6 @@ __all__ = [
     "event_counts",
     "file_table",
 ]
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 def detections(scores: FloatArray, threshold: float, quiet: int = 0) -> IntArray:
