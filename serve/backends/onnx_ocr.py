@@ -27,6 +27,15 @@ class OnnxOcrBackend:
         # ONNX Runtime's default is a thread per core: one OCR request then takes every core
         # of the node from its neighbours (and on 2 cores spends more CPU, not less time).
         self.threads = int(spec.options.get("threads", 1))
+        # How the text detector resizes an image: PaddleOCR's own default (the longer side at
+        # most 960 px). RapidOCR's is the shorter side at least 736 px, which blows a 200x48
+        # screenshot up to ~3000x736: 0.86 s of CPU per request instead of 0.03 s here, the
+        # same text read (docs/benchmarks.md, P13 soak).
+        self.det_limit_type = str(spec.options.get("det_limit_type", "max"))
+        self.det_limit_side_len = int(spec.options.get("det_limit_side_len", 960))
+        if self.det_limit_type not in ("max", "min") or self.det_limit_side_len < 32:
+            raise ModelError(f"{spec.name}: det_limit_type is max or min and "
+                             "det_limit_side_len at least 32")
         self._engine: Any = None
         self._lock = threading.Lock()
 
@@ -36,7 +45,9 @@ class OnnxOcrBackend:
         except ImportError as exc:
             raise ModelError("rapidocr-onnxruntime is not installed (aiops[serve])") from exc
         self._engine = RapidOCR(intra_op_num_threads=self.threads,
-                                inter_op_num_threads=self.threads)
+                                inter_op_num_threads=self.threads,
+                                det_limit_type=self.det_limit_type,
+                                det_limit_side_len=self.det_limit_side_len)
 
     def see(self, images: list[bytes], prompt: str) -> Generation:
         import io

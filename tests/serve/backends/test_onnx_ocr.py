@@ -54,3 +54,24 @@ def test_it_runs_on_the_threads_its_spec_gives_it_not_one_per_core(
     for part in (engine.text_det.infer, engine.text_cls.infer, engine.text_rec.session):
         opts = part.session.get_session_options()
         assert (opts.intra_op_num_threads, opts.inter_op_num_threads) == (1, 1)
+
+
+def test_the_detector_keeps_a_small_image_small_and_still_reads_it(
+        backend: OnnxOcrBackend) -> None:
+    # RapidOCR's own default scales the shorter side up to 736 px (a 200x48 screenshot to
+    # ~3000x736, most of a second of CPU); PaddleOCR's caps the longer side at 960.
+    det = backend._engine.text_det
+    assert (det.limit_type, det.limit_side_len) == ("max", 960)
+    img = Image.new("RGB", (200, 48), "white")
+    ImageDraw.Draw(img).text((8, 16), "GPU 0 OK", fill="black")
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    assert backend.see([buf.getvalue()], "").text == "GPU 0 OK"
+
+
+def test_a_detector_resize_it_cannot_use_is_refused(
+        default_specs: dict[str, ModelSpec]) -> None:
+    spec = default_specs["vision"]
+    bad = spec.model_copy(update={"options": {**spec.options, "det_limit_type": "sideways"}})
+    with pytest.raises(ModelError, match="det_limit_type"):
+        OnnxOcrBackend(bad)
