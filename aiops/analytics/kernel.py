@@ -69,11 +69,14 @@ SELECT model, version, replica, pid, min(t) AS first_ns,
 FROM (SELECT *, min(t) OVER (PARTITION BY model, version, replica, pid) AS born_ns FROM r)
 GROUP BY model, version, replica, pid
 """
-# Requests each replica served (one span per request carries its replica), now and before.
+# Requests each replica served (one span per request carries its replica), now and before,
+# and their median duration.
 _REQUESTS = f"""
 SELECT resource_attributes->>'ray.serve.replica' AS replica,
        count(*) FILTER (WHERE epoch_ns(end_time) > ?) AS now_n,
-       count(*) FILTER (WHERE epoch_ns(end_time) <= ?) AS before_n
+       count(*) FILTER (WHERE epoch_ns(end_time) <= ?) AS before_n,
+       median(duration_ns) FILTER (WHERE epoch_ns(end_time) > ?) AS now_med,
+       median(duration_ns) FILTER (WHERE epoch_ns(end_time) <= ?) AS before_med
 FROM spans
 WHERE end_time > make_timestamp_ns(?) AND end_time <= make_timestamp_ns(?)
   AND resource_attributes->>'ray.serve.replica' IS NOT NULL AND {NOT_WARMUP}
@@ -94,11 +97,16 @@ def kernel_findings(store: Store, now_ns: int, window_s: float = 20.0,
                     rss_rising: float = 0.8, cpu_ratio: float = 2.0,
                     cpu_floor: float = 0.15, cpu_request_ratio: float = 3.0,
                     cpu_request_floor_s: float = 0.04,
-                    min_requests: int = 5, runq_per_cpu: bool = True) -> list[Finding]:
+                    min_requests: int = 5, runq_per_cpu: bool = True,
+                    runq_slowdown: float = 1.5) -> list[Finding]:
     """Findings of the last ``window_s``. Run-queue waits (per CPU-second the replica ran,
     where its CPU time is read; ``runq_per_cpu``) are judged against the replica's
     own past, and only once it has ``min_history_s`` of it: a replica that just started (or
-    a stack that is still loading its models) has no normal to compare with. A few TCP
+    a stack that is still loading its models) has no normal to compare with. Where the
+    replica's requests are seen (spans carry it), the waits must also have slowed them: a
+    median ``runq_slowdown`` times its past over ``min_requests`` or more now and before (a
+    replica that waited while serving nothing, or a couple of requests at their usual speed,
+    cost its users nothing; the busy moment was someone else's). A few TCP
     retransmits are the network's everyday noise; ``min_retransmits`` in the window are not.
     Events on connections to ``exclude_peer_ports`` (the aiops server's own) are left out.
     Resident memory: a replica with ``min_history_s`` of readings whose RSS grew in the window
@@ -130,6 +138,8 @@ def kernel_findings(store: Store, now_ns: int, window_s: float = 20.0,
 
     cpu = rates("aiops.process.cpu.time")
     used = {entity: (now_s, before_s) for entity, now_s, before_s, _ in cpu}
+    served = {r: (int(n), int(b), float(m or 0), float(bm or 0)) for r, n, b, m, bm
+              in store.query(_REQUESTS, [cur, cur, cur, cur, since, now_ns]).rows}
     for entity, now_s, before_s, history_s in rates("aiops.ebpf.runq.latency"):
         per_s_now, per_s_before = now_s / window_s, before_s / history_s
         ratio = per_s_now / max(per_s_before, 1e-3)
@@ -145,6 +155,11 @@ def kernel_findings(store: Store, now_ns: int, window_s: float = 20.0,
             if per_cpu < runq_ratio:
                 continue
             ratio = min(ratio, per_cpu)
+        if entity.replica in served:
+            n_now, n_before, med_now, med_before = served[entity.replica]
+            if n_now < min_requests or n_before < min_requests \
+                    or med_now < runq_slowdown * med_before:
+                continue
         score = ratio / runq_ratio
         found.append(Finding(
             "ebpf_runq", entity, FaultClass.CPU, score, cur, now_ns,
@@ -152,10 +167,8 @@ def kernel_findings(store: Store, now_ns: int, window_s: float = 20.0,
             f"(was {per_s_before * 1e3:.0f} ms/s)",
             [entity.evidence(EvidenceKind.METRIC, "aiops.ebpf.runq.latency", FaultClass.CPU,
                              "runq_wait_s_per_s", per_s_now, per_s_before, score)]))
-    served = {r: (int(n), int(b)) for r, n, b in store.query(
-        _REQUESTS, [cur, cur, since, now_ns]).rows} if cpu else {}
     for entity, now_s, before_s, history_s in cpu:
-        n_now, n_before = served.get(entity.replica or "", (0, 0))
+        n_now, n_before = served.get(entity.replica or "", (0, 0, 0.0, 0.0))[:2]
         if n_now == 0:
             # Serving nothing, yet burning CPU: per second is all there is to judge by.
             per_s_now, per_s_before = now_s / window_s, before_s / history_s

@@ -164,10 +164,10 @@ def test_the_peak_of_a_replicas_first_minute_is_not_its_usual_range(store: Store
     assert f.detector == "rss_growth"
 
 
-def served(store: Store, t_from: int, t_to: int, per_s: float) -> None:
+def served(store: Store, t_from: int, t_to: int, per_s: float, ms: float = 20) -> None:
     rows = []
     for i in range(round((t_to - t_from) / NS * per_s)):
-        row = span(t_from + int(i * NS / per_s), 20)
+        row = span(t_from + int(i * NS / per_s), ms)
         row["resource_attributes"] = json.dumps({"ray.serve.replica": "r1"})
         rows.append(row)
     add_spans(store, rows)
@@ -232,3 +232,36 @@ def test_a_replica_waiting_more_for_each_second_it_runs_is_contended(store: Stor
     add_points(store, [cpu(T0 - k * 2 * NS, 0.15) for k in range(0, 5)])  # for less CPU
     [f] = kernel_findings(store, T0, window_s=10)
     assert (f.detector, f.fault_class) == ("ebpf_runq", FaultClass.CPU)
+
+
+def contended(store: Store) -> None:
+    """Waits per second 6x its past, for less CPU than it used to run."""
+    add_points(store, [runq(T0 - k * 2 * NS, 0.1) for k in range(5, 60)])
+    add_points(store, [cpu(T0 - k * 2 * NS, 0.2) for k in range(5, 60)])
+    add_points(store, [runq(T0 - k * 2 * NS, 0.6) for k in range(0, 5)])
+    add_points(store, [cpu(T0 - k * 2 * NS, 0.15) for k in range(0, 5)])
+
+
+def test_contention_that_slows_the_replicas_requests_is_cpu(store: Store) -> None:
+    contended(store)
+    served(store, T0 - 120 * NS, T0 - 10 * NS - NS // 5, 1.0, ms=20)
+    served(store, T0 - 10 * NS, T0 - NS // 5, 1.0, ms=60)  # 3x slower
+    assert [f.detector for f in kernel_findings(store, T0, window_s=10)] == ["ebpf_runq"]
+
+
+def test_contention_its_requests_do_not_feel_is_someone_elses_busy_moment(
+        store: Store) -> None:
+    # The soak's case: a low-rate model's replica waited for the cores for a few seconds
+    # while its requests ran at their usual speed.
+    contended(store)
+    served(store, T0 - 120 * NS, T0 - 10 * NS - NS // 5, 1.0, ms=20)
+    served(store, T0 - 10 * NS, T0 - NS // 5, 1.0, ms=22)
+    assert kernel_findings(store, T0, window_s=10) == []
+
+
+def test_contention_over_too_few_requests_to_judge_them_is_not_a_finding(
+        store: Store) -> None:
+    contended(store)
+    served(store, T0 - 120 * NS, T0 - 10 * NS - NS // 5, 0.2, ms=20)
+    served(store, T0 - 10 * NS, T0 - NS // 5, 0.2, ms=60)  # 2 requests in the window
+    assert kernel_findings(store, T0, window_s=10) == []
