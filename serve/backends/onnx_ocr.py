@@ -33,9 +33,10 @@ class OnnxOcrBackend:
         # same text read (docs/benchmarks.md, P13 soak).
         self.det_limit_type = str(spec.options.get("det_limit_type", "max"))
         self.det_limit_side_len = int(spec.options.get("det_limit_side_len", 960))
-        if self.det_limit_type not in ("max", "min") or self.det_limit_side_len < 32:
+        if self.det_limit_type not in ("max", "min") or \
+                not 32 <= self.det_limit_side_len <= 4096:
             raise ModelError(f"{spec.name}: det_limit_type is max or min and "
-                             "det_limit_side_len at least 32")
+                             "det_limit_side_len between 32 and 4096 px")
         self._engine: Any = None
         self._lock = threading.Lock()
 

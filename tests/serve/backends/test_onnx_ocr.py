@@ -72,6 +72,7 @@ def test_the_detector_keeps_a_small_image_small_and_still_reads_it(
 def test_a_detector_resize_it_cannot_use_is_refused(
         default_specs: dict[str, ModelSpec]) -> None:
     spec = default_specs["vision"]
-    bad = spec.model_copy(update={"options": {**spec.options, "det_limit_type": "sideways"}})
-    with pytest.raises(ModelError, match="det_limit_type"):
-        OnnxOcrBackend(bad)
+    for wrong in ({"det_limit_type": "sideways"}, {"det_limit_side_len": 100_000}):
+        bad = spec.model_copy(update={"options": {**spec.options, **wrong}})
+        with pytest.raises(ModelError, match="det_limit_type is max or min"):
+            OnnxOcrBackend(bad)
