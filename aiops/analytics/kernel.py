@@ -10,6 +10,7 @@ detectors carry on.
 from __future__ import annotations
 
 import itertools
+from typing import NamedTuple
 
 from aiops.analytics.findings import NOT_WARMUP, Entity, EvidenceKind, FaultClass, Finding
 from aiops.schema import RETIRED_EVENT
@@ -84,6 +85,13 @@ GROUP BY ALL
 """
 MIB = 2**20
 
+
+class _Served(NamedTuple):
+    now_n: int
+    before_n: int
+    now_med: float  # ns
+    before_med: float
+
 _EVENT_CLASS = {"aiops.ebpf.process.exits": (FaultClass.CRASH, "replica process exited"),
                 "aiops.ebpf.oom.kills": (FaultClass.MEMORY, "OOM-killed"),
                 "aiops.ebpf.tcp.retransmits": (FaultClass.NETWORK, "TCP retransmits")}
@@ -137,10 +145,13 @@ def kernel_findings(store: Store, now_ns: int, window_s: float = 20.0,
         return out
 
     cpu = rates("aiops.process.cpu.time")
+    runq = rates("aiops.ebpf.runq.latency")
     used = {entity: (now_s, before_s) for entity, now_s, before_s, _ in cpu}
-    served = {r: (int(n), int(b), float(m or 0), float(bm or 0)) for r, n, b, m, bm
-              in store.query(_REQUESTS, [cur, cur, cur, cur, since, now_ns]).rows}
-    for entity, now_s, before_s, history_s in rates("aiops.ebpf.runq.latency"):
+    # Only where there is something to judge: the query scans the baseline's spans.
+    served = {r: _Served(int(n), int(b), float(m or 0), float(bm or 0)) for r, n, b, m, bm
+              in store.query(_REQUESTS, [cur, cur, cur, cur, since, now_ns]).rows
+              } if cpu or runq else {}
+    for entity, now_s, before_s, history_s in runq:
         per_s_now, per_s_before = now_s / window_s, before_s / history_s
         ratio = per_s_now / max(per_s_before, 1e-3)
         if per_s_now < runq_floor_s or ratio < runq_ratio:
@@ -155,11 +166,10 @@ def kernel_findings(store: Store, now_ns: int, window_s: float = 20.0,
             if per_cpu < runq_ratio:
                 continue
             ratio = min(ratio, per_cpu)
-        if entity.replica in served:
-            n_now, n_before, med_now, med_before = served[entity.replica]
-            if n_now < min_requests or n_before < min_requests \
-                    or med_now < runq_slowdown * med_before:
-                continue
+        seen = served.get(entity.replica or "")
+        if seen is not None and (min(seen.now_n, seen.before_n) < min_requests
+                                 or seen.now_med < runq_slowdown * seen.before_med):
+            continue
         score = ratio / runq_ratio
         found.append(Finding(
             "ebpf_runq", entity, FaultClass.CPU, score, cur, now_ns,
@@ -168,7 +178,8 @@ def kernel_findings(store: Store, now_ns: int, window_s: float = 20.0,
             [entity.evidence(EvidenceKind.METRIC, "aiops.ebpf.runq.latency", FaultClass.CPU,
                              "runq_wait_s_per_s", per_s_now, per_s_before, score)]))
     for entity, now_s, before_s, history_s in cpu:
-        n_now, n_before = served.get(entity.replica or "", (0, 0, 0.0, 0.0))[:2]
+        seen = served.get(entity.replica or "")
+        n_now, n_before = (seen.now_n, seen.before_n) if seen else (0, 0)
         if n_now == 0:
             # Serving nothing, yet burning CPU: per second is all there is to judge by.
             per_s_now, per_s_before = now_s / window_s, before_s / history_s
