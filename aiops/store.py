@@ -12,6 +12,8 @@ import contextlib
 import logging
 import os
 import threading
+import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,10 +66,13 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"cannot open DuckDB database {path}: {exc}") from exc
         self._write_lock = threading.Lock()
-        # Cursors of untrusted queries in flight, interrupted when the store closes.
-        self._active: set[duckdb.DuckDBPyConnection] = set()
-        self._active_lock = threading.Lock()
+        # DuckDB (2.x) refuses to close a connection while any of its cursors is in a call
+        # (ResourceInUseException). Every statement runs on a cursor made by _cursor(), which
+        # keeps it here; close() stops new ones, interrupts those in flight and waits for them.
+        self._conn_lock = threading.Lock()
+        self._cursors: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
         self._closing = False
+        self._closed = False
         self._catalog_cache: sqlguard.Catalog | None = None
         self.schema_version = apply_migrations(self._conn)
         # Queries come from HTTP clients: no SQL may read or write files outside the database
@@ -124,7 +129,7 @@ class Store:
             for name, entries in chained.items():
                 linked, new_heads[name] = _link_entries(table(name), entries, *heads[name])
                 prepared.append((table(name), linked))
-            cur = self._conn.cursor()
+            cur = self._cursor()
             try:
                 cur.execute("BEGIN TRANSACTION")
                 for i, (t, data) in enumerate(prepared):
@@ -162,7 +167,7 @@ class Store:
         folder.mkdir(exist_ok=True)
         with self._write_lock:
             self._drop_unrecorded(folder)
-            cur = self._conn.cursor()
+            cur = self._cursor()
             try:
                 where = f"{column} < make_timestamp_ns(?)"
                 (n,) = cur.execute(f"SELECT count(*) FROM {t.name} WHERE {where}",
@@ -188,8 +193,13 @@ class Store:
         return int(n)
 
     def _drop_unrecorded(self, folder: Path) -> None:
-        recorded = {r[0] for r in self._conn.execute(
-            "SELECT file FROM retention_runs WHERE table_name = ?", [folder.name]).fetchall()}
+        cur = self._cursor()
+        try:
+            recorded = {r[0] for r in cur.execute(
+                "SELECT file FROM retention_runs WHERE table_name = ?", [folder.name]
+            ).fetchall()}
+        finally:
+            cur.close()
         for f in folder.glob("*.parquet"):
             if f.name not in recorded:
                 log.warning("removing %s: its archive run never committed", f)
@@ -204,7 +214,11 @@ class Store:
                           f"'{folder}/*.parquet', union_by_name = true)")
             else:
                 source = f"SELECT * FROM {name}"
-            self._conn.execute(f"CREATE OR REPLACE VIEW {name}_all AS {source}")
+            cur = self._cursor()
+            try:
+                cur.execute(f"CREATE OR REPLACE VIEW {name}_all AS {source}")
+            finally:
+                cur.close()
 
     def anchor(self, table_name: str) -> Anchor | None:
         """Where the head of a hash-chained table is kept, outside the database."""
@@ -228,7 +242,7 @@ class Store:
         """Run one read-only statement; at most ``limit`` rows come back, and a statement
         still running after ``timeout_s`` is interrupted (QueryTimeout)."""
         self._check_read_only(sql)
-        cur = self._conn.cursor()
+        cur = self._cursor()
         timer = threading.Timer(timeout_s, cur.interrupt) if timeout_s else None
         if timer is not None:
             timer.start()
@@ -238,7 +252,7 @@ class Store:
             types = [str(d[1]) for d in rel.description or []]
             rows = rel.fetchmany(limit + 1) if limit is not None else rel.fetchall()
         except duckdb.InterruptException as exc:
-            raise QueryTimeout(f"query interrupted after {timeout_s:g} s") from exc
+            raise self._interrupted(timeout_s) from exc
         except duckdb.Error as exc:
             raise StoreError(f"query failed: {exc}") from exc
         finally:
@@ -259,12 +273,7 @@ class Store:
         interrupted after ``timeout_s`` (QueryTimeout) and stopped once its rows pass
         ``max_bytes`` (ResultTooLarge); either way its cursor and thread are released.
         """
-        cur = self._conn.cursor()
-        with self._active_lock:
-            if self._closing:
-                cur.close()
-                raise StoreError("the store is closing")
-            self._active.add(cur)
+        cur = self._cursor()
         timer = threading.Timer(timeout_s, cur.interrupt)
         timer.start()
         try:
@@ -287,9 +296,7 @@ class Store:
                                          "rows or columns, or aggregate")
                 rows.extend(chunk)
         except duckdb.InterruptException as exc:
-            if self._closing:
-                raise StoreError("query interrupted: the server is shutting down") from exc
-            raise QueryTimeout(f"query interrupted after {timeout_s:g} s") from exc
+            raise self._interrupted(timeout_s) from exc
         except duckdb.TransactionException as exc:
             raise QueryRejected(f"this query would write: {exc}") from exc
         except duckdb.Error as exc:
@@ -299,8 +306,6 @@ class Store:
             with contextlib.suppress(duckdb.Error):
                 cur.execute("ROLLBACK")
             cur.close()
-            with self._active_lock:
-                self._active.discard(cur)
         truncated = len(rows) > limit
         return QueryResult(columns, types, rows[:limit], truncated)
 
@@ -322,7 +327,7 @@ class Store:
     def query_arrow(self, sql: str, params: list[Any] | None = None) -> pa.Table:
         """Run one read-only statement and return all rows as an Arrow table."""
         self._check_read_only(sql)
-        cur = self._conn.cursor()
+        cur = self._cursor()
         try:
             return cur.sql(sql, params=params or None).to_arrow_table()
         except duckdb.Error as exc:
@@ -333,7 +338,7 @@ class Store:
     def iter_rows(self, sql: str, batch: int = 10_000) -> Iterator[tuple[Any, ...]]:
         """Stream the rows of one read-only statement, ``batch`` at a time."""
         self._check_read_only(sql)
-        cur = self._conn.cursor()
+        cur = self._cursor()
         try:
             cur.execute(sql)
             while rows := cur.fetchmany(batch):
@@ -350,21 +355,53 @@ class Store:
     def ping(self) -> None:
         self.query("SELECT 1")
 
-    def close(self) -> None:
-        """Interrupt the untrusted queries still running, then close the database."""
-        with self._active_lock:
+    def close(self, wait_s: float = 10.0) -> None:
+        """Refuse new statements, interrupt those still running, then close the database.
+
+        Writes hold the write lock, so a write in flight finishes (or rolls back) first; a
+        read in flight ends with StoreError. Raises StoreError if a statement is still in a
+        call after ``wait_s``.
+        """
+        with self._conn_lock:
             self._closing = True
-            for cur in list(self._active):
-                with contextlib.suppress(duckdb.Error):
-                    cur.interrupt()
         with self._write_lock:
-            self._conn.close()
+            deadline = time.monotonic() + wait_s
+            while not self._closed:
+                with self._conn_lock:
+                    for cur in list(self._cursors):
+                        with contextlib.suppress(duckdb.Error):
+                            cur.interrupt()
+                    try:
+                        self._conn.close()
+                        self._closed = True
+                    except duckdb.ResourceInUseException as exc:
+                        if time.monotonic() > deadline:
+                            raise StoreError(f"cannot close the database: {exc}") from exc
+                if not self._closed:
+                    time.sleep(0.01)  # the interrupted statements unwind in their threads
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of its own for one statement, known to close()."""
+        with self._conn_lock:
+            if self._closing:
+                raise StoreError("the store is closed")
+            cur = self._conn.cursor()
+            self._cursors.add(cur)
+            return cur
+
+    def _interrupted(self, timeout_s: float | None) -> StoreError:
+        if self._closing:
+            return StoreError("query interrupted: the store is closing")
+        return QueryTimeout(f"query interrupted after {timeout_s:g} s")
 
     def _check_read_only(self, sql: str) -> None:
+        cur = self._cursor()
         try:
-            statements = self._conn.cursor().extract_statements(sql)
+            statements = cur.extract_statements(sql)
         except duckdb.Error as exc:
             raise QueryRejected(f"cannot parse query: {exc}") from exc
+        finally:
+            cur.close()
         if len(statements) != 1:
             raise QueryRejected(f"expected exactly one statement, got {len(statements)}")
         kind = statements[0].type

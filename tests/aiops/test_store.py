@@ -1,5 +1,7 @@
 """The store appends whole Arrow batches, is the only writer, and reads are read-only."""
 
+import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -151,3 +153,33 @@ def test_a_database_from_an_older_release_migrates_forward(tmp_path: Path) -> No
     assert store.query("SELECT attributes->>'k', typeof(attributes) FROM spans_all").rows == [
         ("1", "VARCHAR")]
     store.close()
+
+
+def test_closing_while_other_threads_read_interrupts_them_and_closes(tmp_path: Path) -> None:
+    """DuckDB refuses to close a connection whose cursors are mid-call; the store waits them
+    out, and readers after that get a StoreError rather than a crash at shutdown."""
+    store = Store(tmp_path / "t.duckdb")
+    store.append("spans", spans_batch(5_000))
+    outcomes: list[str] = []
+    started = threading.Barrier(4)
+
+    def read() -> None:
+        started.wait()
+        try:
+            while True:
+                store.query("SELECT count(*) FROM spans a, spans b WHERE a.name < b.name")
+        except StoreError as exc:
+            outcomes.append(type(exc).__name__)
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for t in readers:
+        t.start()
+    started.wait()
+    time.sleep(0.05)
+    store.close()
+    for t in readers:
+        t.join(10)
+    assert outcomes == ["StoreError"] * 3
+    with pytest.raises(StoreError, match="closed"):
+        store.query("SELECT 1")
+    store.close()  # a second close is a no-op
