@@ -193,13 +193,10 @@ class Store:
         return int(n)
 
     def _drop_unrecorded(self, folder: Path) -> None:
-        cur = self._cursor()
-        try:
+        with self._cursor() as cur:
             recorded = {r[0] for r in cur.execute(
                 "SELECT file FROM retention_runs WHERE table_name = ?", [folder.name]
             ).fetchall()}
-        finally:
-            cur.close()
         for f in folder.glob("*.parquet"):
             if f.name not in recorded:
                 log.warning("removing %s: its archive run never committed", f)
@@ -214,11 +211,8 @@ class Store:
                           f"'{folder}/*.parquet', union_by_name = true)")
             else:
                 source = f"SELECT * FROM {name}"
-            cur = self._cursor()
-            try:
+            with self._cursor() as cur:
                 cur.execute(f"CREATE OR REPLACE VIEW {name}_all AS {source}")
-            finally:
-                cur.close()
 
     def anchor(self, table_name: str) -> Anchor | None:
         """Where the head of a hash-chained table is kept, outside the database."""
@@ -366,19 +360,21 @@ class Store:
             self._closing = True
         with self._write_lock:
             deadline = time.monotonic() + wait_s
-            while not self._closed:
+            while True:
                 with self._conn_lock:
+                    if self._closed:
+                        return
                     for cur in list(self._cursors):
                         with contextlib.suppress(duckdb.Error):
                             cur.interrupt()
                     try:
                         self._conn.close()
                         self._closed = True
+                        return
                     except duckdb.ResourceInUseException as exc:
                         if time.monotonic() > deadline:
                             raise StoreError(f"cannot close the database: {exc}") from exc
-                if not self._closed:
-                    time.sleep(0.01)  # the interrupted statements unwind in their threads
+                time.sleep(0.01)  # the interrupted statements unwind in their threads
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of its own for one statement, known to close()."""
@@ -395,13 +391,11 @@ class Store:
         return QueryTimeout(f"query interrupted after {timeout_s:g} s")
 
     def _check_read_only(self, sql: str) -> None:
-        cur = self._cursor()
-        try:
-            statements = cur.extract_statements(sql)
-        except duckdb.Error as exc:
-            raise QueryRejected(f"cannot parse query: {exc}") from exc
-        finally:
-            cur.close()
+        with self._cursor() as cur:
+            try:
+                statements = cur.extract_statements(sql)
+            except duckdb.Error as exc:
+                raise QueryRejected(f"cannot parse query: {exc}") from exc
         if len(statements) != 1:
             raise QueryRejected(f"expected exactly one statement, got {len(statements)}")
         kind = statements[0].type
