@@ -173,7 +173,12 @@ def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None,
             slow_ms.get(model or service, 0.0) * 1e6
         found += _latency(entity, name, about, cur, base, tail, t, cur_start, now_ns,
                           floor_ns)
-        found += _errors(entity, name, about, cur, base, tail, t, cur_start, now_ns)
+        # Errors against the best the model did recently: a release failing from its first
+        # request has a history of failing too, and a baseline of it would absorb the fault
+        # (an open incident resolving while the release still fails a third of its calls).
+        err_base = min((s for s in (base, *siblings) if s.n >= t.min_spans),
+                       key=lambda s: s.failed)
+        found += _errors(entity, name, about, cur, err_base, tail, t, cur_start, now_ns)
     return found
 
 

@@ -20,9 +20,10 @@ from aiops.attach.history import ConfigHistory
 from aiops.attach.ray_serve import AttachError, RayServe, ServeApp, discover
 from aiops.config import AttachTarget
 from aiops.errors import AIOpsError
+from aiops.identity import app_version, deployment_version
 from aiops.remediation.actions import ControlPlane, NotSupported
 
-__all__ = ["Planes", "ServeControl", "VllmControl"]
+__all__ = ["Planes", "ServeControl", "VllmControl", "serve_status"]
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +34,50 @@ class _Plane(ControlPlane, Protocol):
     def close(self) -> None: ...
 
 
-def _bounds(app: ServeApp) -> dict[str, int]:
-    for d in app.deployments:
+def _bounds(app: ServeApp, deployments: list[str]) -> dict[str, int]:
+    chosen = [d for d in app.deployments if d.name in deployments] or list(app.deployments)
+    for d in chosen:
         if d.autoscaling:
             lo = int(d.autoscaling.get("min_replicas", 1))
             return {"min_replicas": lo, "max_replicas": int(d.autoscaling.get("max_replicas",
                                                                               lo))}
-    n = max((d.num_replicas or len(d.replicas) for d in app.deployments), default=1)
+    n = max((d.num_replicas or len(d.replicas) for d in chosen), default=1)
     return {"min_replicas": n, "max_replicas": n}
+
+
+def _deployments_of(app: ServeApp, service: str) -> list[str]:
+    """The app's deployments whose telemetry names ``service``."""
+    return [d.name for d in app.deployments if app.service_of(d.name) == service] or \
+        [i.deployment for i in app.identities if i.service == service]
+
+
+def _version_in(config: dict[str, Any], deployments: list[str]) -> str:
+    """The version a kept config gives these deployments (aiops.identity's rules)."""
+    return deployment_version(config, deployments[0]) if deployments else app_version(config)
+
+
+def serve_status(apps: list[ServeApp], history: ConfigHistory, target: str
+                 ) -> dict[str, Any]:
+    """Every service of every declaratively deployed app (its ingress' and each of its
+    deployments'), each with its app's current and healthy releases: an incident on any
+    deployment of a composed app is acted on through that app's config."""
+    models: dict[str, Any] = {}
+    for app in apps:
+        if app.config is None:
+            continue  # deployed with serve.run: nothing aiops could re-apply
+        for service in app.services:
+            deps = _deployments_of(app, service)
+            current = app.version_of(deps[0]) if deps else app.version
+            healthy = [_version_in(h.config, deps) for h in history.healthy(app.name)]
+            versions = [{"version": current, "weight": 100, "app": app.name,
+                         "deployments": deps, "autoscaling": _bounds(app, deps),
+                         "status": app.status}]
+            versions += [{"version": v, "weight": 0, "app": app.name}
+                         for v in dict.fromkeys(healthy) if v != current]
+            models[service] = {"stable": healthy[-1] if healthy else None,
+                               "versions": versions, "target": target, "kind": "ray",
+                               "app": app.name}
+    return {"models": models}
 
 
 class ServeControl:
@@ -59,26 +96,14 @@ class ServeControl:
         return details, discover(details)
 
     def status(self) -> dict[str, Any]:
-        models: dict[str, Any] = {}
-        for app in self._read()[1]:
-            if app.config is None:
-                continue  # deployed with serve.run: nothing aiops could re-apply
-            stable = self.history.last_healthy(app.name)
-            versions = [{"version": app.version, "weight": 100, "app": app.name,
-                         "autoscaling": _bounds(app), "status": app.status}]
-            versions += [{"version": h.version, "weight": 0, "app": app.name}
-                         for h in self.history.healthy(app.name) if h.version != app.version]
-            models[app.service] = {"stable": stable.version if stable else None,
-                                   "versions": versions, "target": self.target.name,
-                                   "kind": "ray"}
-        return {"models": models}
+        return serve_status(self._read()[1], self.history, self.target.name)
 
     def _app(self, apps: list[ServeApp], model: str) -> ServeApp:
         for app in apps:
-            if app.service == model and app.config is not None:
+            if model in app.services and app.config is not None:
                 return app
-        raise AttachError(f"{model} is not a declaratively deployed Serve application on "
-                          f"{self.target.name}")
+        raise AttachError(f"{model} is not a service of a declaratively deployed Serve "
+                          f"application on {self.target.name}")
 
     def rollback(self, model: str) -> dict[str, Any]:
         details, apps = self._read()
@@ -101,12 +126,17 @@ class ServeControl:
               ) -> dict[str, Any]:
         details, apps = self._read()
         app = self._app(apps, model)
-        if app.version != version:
-            raise AttachError(f"{app.name} runs version {app.version}, not {version}")
+        deps = _deployments_of(app, model)
+        running = {app.version_of(d) for d in deps} or {app.version}
+        if version not in running:
+            raise AttachError(f"{model} ({app.name}) runs version "
+                              f"{', '.join(sorted(running))}, not {version}")
         assert app.config is not None
         config = copy.deepcopy(app.config)
         listed = {d.get("name"): d for d in config.setdefault("deployments", [])}
         for dep in app.deployments:
+            if deps and dep.name not in deps:
+                continue  # another deployment's service: not this one to scale
             d = listed.get(dep.name)
             if d is None:
                 d = {"name": dep.name}
@@ -120,8 +150,9 @@ class ServeControl:
                 d["num_replicas"] = min_replicas
         self._rest.apply(details, [config if a.name == app.name else a.config for a in apps
                                    if a.config is not None])
-        return {"model": model, "app": app.name, "min_replicas": min_replicas,
-                "max_replicas": max_replicas, "target": self.target.name}
+        return {"model": model, "app": app.name, "deployments": deps,
+                "min_replicas": min_replicas, "max_replicas": max_replicas,
+                "target": self.target.name}
 
     def _refuse(self, what: str) -> dict[str, Any]:
         raise NotSupported(f"{what} is not possible on attached Ray cluster "

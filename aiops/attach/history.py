@@ -34,6 +34,15 @@ class Healthy:
     healthy_ns: int
 
 
+def _troubled(app: ServeApp, troubled: set[tuple[str, str]]) -> bool:
+    """Whether an open incident names a release of this app: any of its deployments' service
+    at the version it runs, or one of its services with no version (telemetry that names no
+    release cannot clear one)."""
+    services = set(app.services)
+    return bool(app.releases() & troubled) or any(
+        s in services and not v for s, v in troubled)
+
+
 class ConfigHistory:
     def __init__(self, path: Path, healthy_after_s: float) -> None:
         self.path = path
@@ -65,14 +74,15 @@ class ConfigHistory:
     def observe(self, apps: list[ServeApp], troubled: set[tuple[str, str]], now_ns: int
                 ) -> list[tuple[str, str]]:
         """Record one reading of the cluster; ``troubled`` holds the (service, version) pairs
-        with an open incident. Returns the (app, version) pairs that just became healthy."""
+        with an open incident (version "" where the incident names none). Returns the (app,
+        version) pairs that just became healthy."""
         became = []
         with self._lock:
             current = set()
             for app in apps:
                 key = (app.name, app.version)
-                if (app.config is None or app.status != "RUNNING"
-                        or (app.service, app.version) in troubled):
+                if app.config is None or app.status != "RUNNING" \
+                        or _troubled(app, troubled):
                     self._since.pop(key, None)
                     continue
                 current.add(key)

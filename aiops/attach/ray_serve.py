@@ -5,15 +5,12 @@
 missing from it are deleted, so a change to one app re-sends every app's config). Ray's token
 auth (``RAY_AUTH_MODE=token``) wants ``Authorization: Bearer <token>``.
 
-Serve has no version per application. The version aiops uses, in this order: the
-``service.version`` the app's own OpenTelemetry SDK reports (``OTEL_SERVICE_VERSION`` or
-``OTEL_RESOURCE_ATTRIBUTES`` in the app's ``runtime_env.env_vars``), so telemetry and control
-name the same version; else ``cfg-`` and 8 hex digits of the config's SHA-256.
+Services and versions follow the identity rules of ``aiops.identity`` (one place for them,
+shared with the tracing exporter inside the replicas).
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +20,13 @@ import orjson
 from aiops.analytics.topology import ServiceMap
 from aiops.config import AttachTarget
 from aiops.errors import AIOpsError, StackError
+from aiops.identity import (
+    ServeIdentity,
+    app_version,
+    deployment_service,
+    identities,
+    ingress_of,
+)
 
 __all__ = ["AttachError", "Deployment", "RayServe", "ServeApp", "app_service", "app_version",
            "discover", "service_map"]
@@ -62,39 +66,34 @@ class ServeApp:
     # Serve's deployment graph: (deployment, called app, called deployment), from the handles
     # each deployment holds (``deployment_topology``, Ray >= 2.50).
     outbound: tuple[tuple[str, str, str], ...] = ()
-    # A deployment's own OTEL_SERVICE_NAME (its ray_actor_options' runtime_env), where set.
-    deployment_services: tuple[tuple[str, str], ...] = ()
+    # Each deployment's service and version (aiops.identity).
+    identities: tuple[ServeIdentity, ...] = ()
+
+    def _identity(self, deployment: str) -> ServeIdentity | None:
+        return next((i for i in self.identities if i.deployment == deployment), None)
 
     def service_of(self, deployment: str) -> str:
-        return dict(self.deployment_services).get(deployment, self.service)
+        ident = self._identity(deployment)
+        return ident.service if ident else self.service
 
+    def version_of(self, deployment: str) -> str:
+        ident = self._identity(deployment)
+        return ident.version if ident else self.version
 
-def _env_vars(config: dict[str, Any]) -> dict[str, str]:
-    env = (config.get("runtime_env") or {}).get("env_vars") or {}
-    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+    @property
+    def services(self) -> tuple[str, ...]:
+        """Every service the app's telemetry names: its ingress' and each deployment's."""
+        return tuple(dict.fromkeys([self.service, *(i.service for i in self.identities)]))
 
-
-def _resource_attr(env: dict[str, str], key: str) -> str | None:
-    for part in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
-        k, sep, v = part.partition("=")
-        if sep and k.strip() == key and v.strip():
-            return v.strip()
-    return None
-
-
-def app_version(config: dict[str, Any]) -> str:
-    env = _env_vars(config)
-    explicit = env.get("OTEL_SERVICE_VERSION") or _resource_attr(env, "service.version")
-    if explicit:
-        return explicit
-    return "cfg-" + hashlib.sha256(orjson.dumps(config, option=orjson.OPT_SORT_KEYS)
-                                   ).hexdigest()[:8]
+    def releases(self) -> set[tuple[str, str]]:
+        """(service, version) of every deployment: what an incident on this release names."""
+        return {(self.service, self.version), *((i.service, i.version)
+                                                for i in self.identities)}
 
 
 def app_service(name: str, config: dict[str, Any] | None) -> str:
-    """The service the app's telemetry reports (``OTEL_SERVICE_NAME``), else the app name."""
-    env = _env_vars(config or {})
-    return env.get("OTEL_SERVICE_NAME") or _resource_attr(env, "service.name") or name
+    """The service of the app's ingress: what its clients call."""
+    return deployment_service(name, "", config, ingress=True)
 
 
 def discover(details: dict[str, Any]) -> list[ServeApp]:
@@ -116,10 +115,13 @@ def discover(details: dict[str, Any]) -> list[ServeApp]:
                 tuple((str(r["replica_id"]), int(r["pid"]), r.get("node_ip"))
                       for r in running if isinstance(r.get("pid"), int))))
         version = app_version(config) if config else "imperative"
-        out.append(ServeApp(name, app_service(name, config), version, str(app.get("status", "")),
+        idents = identities(name, app)
+        ingress = idents.get(ingress_of(app) or "")
+        service = ingress.service if ingress else app_service(name, config)
+        out.append(ServeApp(name, service, version, str(app.get("status", "")),
                             config, tuple(deps), float(app.get("last_deployed_time_s") or 0),
                             _outbound(app.get("deployment_topology")),
-                            _deployment_services(config)))
+                            tuple(idents.values())))
     return out
 
 
@@ -134,18 +136,6 @@ def _outbound(topology: Any) -> tuple[tuple[str, str, str], ...]:
             if isinstance(callee, dict) and callee.get("name") and callee.get("app_name"):
                 edges.append((str(dname), str(callee["app_name"]), str(callee["name"])))
     return tuple(sorted(set(edges)))
-
-
-def _deployment_services(config: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
-    out = []
-    for d in (config or {}).get("deployments") or []:
-        if not isinstance(d, dict) or not d.get("name"):
-            continue
-        env = _env_vars(d.get("ray_actor_options") or {})
-        service = env.get("OTEL_SERVICE_NAME") or _resource_attr(env, "service.name")
-        if service:
-            out.append((str(d["name"]), service))
-    return tuple(out)
 
 
 def service_map(apps: list[ServeApp]) -> ServiceMap:

@@ -121,6 +121,36 @@ def bench_mttr(runs: Annotated[int, typer.Option(help="Fault/recovery cycles.")]
     console.print(t)
 
 
+@bench_app.command("attach")
+def bench_attach(
+        runs: Annotated[int, typer.Option(min=0, max=20, help="Bad releases rolled back.")] = 3,
+        soak_minutes: Annotated[float, typer.Option(
+            min=0, max=24 * 60, help="Healthy minutes after the runs (0: none).")] = 0) -> None:
+    """A composed Serve app aiops did not start (zero code in it): a bad release of one
+    deployment detected, rolled back through Serve's REST API and verified; then a soak."""
+    from aiops.bench.attach import run_attach
+
+    try:
+        r = run_attach(runs, soak_minutes, progress=console.log)
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
+    except (RuntimeError, AssertionError) as exc:  # the cluster or a wait failed
+        raise _fail(AIOpsError(f"attach bench: {exc}")) from exc
+    t = Table("run", "incident", "detected (s)", "clients healthy (s)",
+              "last failure -> verified (s)", "failed requests",
+              title="attach: seconds from `serve deploy` of the bad release")
+    for i, run in enumerate(r.runs, 1):
+        t.add_row(str(i), run.incident, f"{run.detected_s:.1f}", f"{run.healthy_s:.1f}",
+                  f"{run.verified_after_s:.1f}", str(run.failed_requests))
+    console.print(t)
+    if r.soak_minutes:
+        console.print(f"soak: {r.soak_minutes:g} min of the healthy release, "
+                      f"{r.soak_requests} requests ({r.soak_failed} failed): "
+                      f"{len(r.soak_incidents)} incident(s) opened")
+        for line in r.soak_incidents:
+            console.print(f"  {line}")
+
+
 @bench_app.command("warmup")
 def bench_warmup(
     repetitions: Annotated[int, typer.Option(min=1, help="New replicas per model and "

@@ -341,11 +341,12 @@ def create_app(settings: Settings, store: Store,
 
 
 def _troubled(tracker: IncidentTracker | None) -> set[tuple[str, str]]:
-    """(service, version) of every open incident's causes: not healthy, whatever it runs."""
+    """(service, version) of every open incident's causes (version "" where a cause names
+    none): not healthy, whatever it runs."""
     if tracker is None:
         return set()
-    return {(c.entity.service, c.entity.version) for inc in list(tracker.open.values())
-            for c in inc.causes if c.entity.version}
+    return {(c.entity.service, c.entity.version or "") for inc in list(tracker.open.values())
+            for c in inc.causes}
 
 
 def _analyzer(settings: Settings, store: Store, remediator: Remediator) -> Analyzer:

@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
+from aiops.bench.raycluster import wait_for
 from aiops.client import ServerClient
 from aiops.config import Settings
 from aiops.stack import read_state
 from collectors.ebpf.attribution import REPLICAS_FILE
 from collectors.ebpf.collector import preflight
 from serve.cluster import lose_node, read_nodes
-from tests.aiops.attach.cluster import wait_for
 from tests.conftest import running_stack
 
 pytestmark = pytest.mark.stack

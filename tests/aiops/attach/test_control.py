@@ -4,10 +4,14 @@ refusing every change with the reason."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from aiops.attach.control import Planes, VllmControl
-from aiops.attach.ray_serve import AttachError
+from aiops.attach.control import Planes, VllmControl, serve_status
+from aiops.attach.history import ConfigHistory
+from aiops.attach.ray_serve import AttachError, discover
 from aiops.config import AttachTarget
 from aiops.errors import StackError
 from aiops.remediation.actions import NotSupported
@@ -43,3 +47,29 @@ def test_actions_go_to_the_owner_and_vllm_refuses_with_the_reason() -> None:
             p.scale("chat", "chat", 2, 2)
         with pytest.raises(AttachError, match="no control plane serves other"):
             p.rollback("other")
+
+
+def test_every_deployment_of_a_composed_app_is_a_model_its_app_config_acts_for(
+        tmp_path: Path) -> None:
+    def app(version: str, scorer_replicas: int) -> dict[str, Any]:
+        return {"status": "RUNNING", "deployed_app_config": {
+            "name": "shop", "runtime_env": {"env_vars": {"OTEL_SERVICE_VERSION": version}},
+            "deployments": [{"name": "Shop"}, {"name": "Scorer", "num_replicas":
+                                               scorer_replicas}]},
+            "deployments": {"Shop": {"target_num_replicas": 1, "replicas": []},
+                            "Scorer": {"target_num_replicas": scorer_replicas,
+                                       "replicas": []}},
+            "deployment_topology": {"nodes": {"Shop": {"is_ingress": True}}}}
+
+    history = ConfigHistory(tmp_path / "h.json", healthy_after_s=1)
+    for t, v in ((0, "1"), (2, "1")):
+        history.observe(discover({"applications": {"shop": app(v, 2)}}), set(), t * 10**9)
+    apps = discover({"applications": {"shop": app("2", 2)}})
+    models = serve_status(apps, history, "team-ray")["models"]
+    assert set(models) == {"shop", "shop.Scorer"}
+    scorer = models["shop.Scorer"]
+    # The Scorer's release 2 has a healthy predecessor: the planner can roll it back.
+    assert scorer["stable"] == "1" and scorer["app"] == "shop"
+    assert [(v["version"], v["weight"]) for v in scorer["versions"]] == [("2", 100), ("1", 0)]
+    assert scorer["versions"][0]["deployments"] == ["Scorer"]
+    assert scorer["versions"][0]["autoscaling"] == {"min_replicas": 2, "max_replicas": 2}

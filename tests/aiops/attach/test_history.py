@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aiops.attach.history import ConfigHistory
-from aiops.attach.ray_serve import ServeApp
+from aiops.attach.ray_serve import ServeApp, discover
 
 S = 1_000_000_000
 
@@ -52,3 +52,28 @@ def test_the_last_healthy_other_version_is_the_rollback_target_and_survives_rest
 def test_an_unreadable_history_file_is_ignored_not_fatal(tmp_path: Path) -> None:
     (tmp_path / "h.json").write_text("{not json")
     assert ConfigHistory(tmp_path / "h.json", 1).healthy("chat") == []
+
+
+def _composed(version: str) -> ServeApp:
+    """A composed app: ingress 'shop' calling deployment 'Scorer' (its own service)."""
+    return discover({"applications": {"shop": {
+        "status": "RUNNING", "deployed_app_config": {
+            "name": "shop", "v": version, "runtime_env": {"env_vars": {
+                "OTEL_SERVICE_VERSION": version}},
+            "deployments": [{"name": "Shop"}, {"name": "Scorer"}]},
+        "deployments": {"Shop": {}, "Scorer": {}},
+        "deployment_topology": {"nodes": {"Shop": {"is_ingress": True},
+                                          "Scorer": {"is_ingress": False}}}}}})[0]
+
+
+def test_an_incident_on_any_deployment_of_a_composed_app_keeps_its_release_unhealthy(
+        tmp_path: Path) -> None:
+    h = ConfigHistory(tmp_path / "h.json", healthy_after_s=10)
+    app = _composed("2.0.0")
+    assert app.services == ("shop", "shop.Scorer")
+    for t in range(0, 60, 5):  # the Scorer fails throughout: never healthy
+        assert h.observe([app], {("shop.Scorer", "2.0.0")}, t * S) == []
+    # An incident naming the Scorer with no version cannot clear the release either.
+    assert h.observe([app], {("shop.Scorer", "")}, 70 * S) == []
+    assert h.observe([app], set(), 75 * S) == []
+    assert h.observe([app], set(), 85 * S) == [("shop", "2.0.0")]

@@ -23,6 +23,7 @@ from aiops.attach.control import ServeControl
 from aiops.attach.history import ConfigHistory
 from aiops.attach.ray_serve import AttachError, RayServe
 from aiops.bench.common import free_port
+from aiops.bench.raycluster import FIXTURES, RayCluster, ray_cluster, wait_for
 from aiops.config import AttachTarget, load_settings
 from aiops.remediation.actions import NotSupported
 from aiops.server.app import create_app
@@ -30,7 +31,6 @@ from aiops.store import Store
 from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE, local_addresses
 from collectors.ebpf.collector import EbpfCollector, preflight
 from collectors.ebpf.probes import RunQueueLatency
-from tests.aiops.attach.cluster import FIXTURES, RayCluster, ray_cluster, wait_for
 from tests.conftest import RunningServer
 from tests.loopback import serving
 

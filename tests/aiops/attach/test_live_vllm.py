@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 from aiops.attach.control import VllmControl
 from aiops.auth import Role, ensure_credential
 from aiops.bench.common import free_port
+from aiops.bench.raycluster import wait_for
 from aiops.cli import app as cli
 from aiops.config import AttachTarget, load_settings
 from aiops.remediation.actions import NotSupported
@@ -35,7 +36,6 @@ from aiops.server.app import create_app
 from aiops.store import Store
 from dashboards.generate import GENERATED, PACKAGE_DIR
 from dashboards.inspect import queries
-from tests.aiops.attach.cluster import wait_for
 from tests.conftest import RunningServer
 from tests.loopback import serving
 from tests.prometheus import RunningPrometheus, compose_config, running_prometheus

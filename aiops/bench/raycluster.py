@@ -23,7 +23,8 @@ import yaml
 
 from aiops.bench.common import free_port
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "attach"
+# The apps a team would deploy (tests/fixtures/attach): the bench and the tests use them.
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "attach"
 BIN = Path(sys.executable).parent
 
 

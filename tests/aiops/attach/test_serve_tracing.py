@@ -1,0 +1,80 @@
+"""The exporter a team points Ray Serve's own tracing at: each of Serve's spans leaves with the
+Serve entity that made it (outside a replica: the proxy), a handle call as a client span, and a
+failed replica call (an exception Serve recorded, or HTTP 5xx) with an error status, while a
+request the client cancelled is no failure. Without an endpoint it exports nothing and says
+so."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from aiops.attach.serve_tracing import PROXY_SERVICE, ServeSpanExporter, span_processors
+
+
+def _serve_spans() -> list[ReadableSpan]:
+    """Spans shaped as Ray Serve 2.60 makes them (names, kinds and attributes of
+    ray/serve/_private/{proxy,router,replica}.py): all SERVER, statuses unset in replicas."""
+    made = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(made))
+    tracer = provider.get_tracer("ray.serve._private.tracing_utils")
+    with tracer.start_as_current_span("proxy_http_request", kind=SpanKind.SERVER) as s:
+        s.set_attributes({"http.method": "POST", "http.status_code": "500",
+                          "http.route": "/shop"})
+        with tracer.start_as_current_span("route_to_replica Scorer __call__",
+                                          kind=SpanKind.SERVER):
+            pass
+    with tracer.start_as_current_span("replica_handle_request Scorer __call__",
+                                      kind=SpanKind.SERVER) as s:
+        s.record_exception(RuntimeError("scorer model failed"))
+    with tracer.start_as_current_span("replica_handle_request Shop __call__",
+                                      kind=SpanKind.SERVER) as s:
+        s.record_exception(asyncio_cancelled())
+    with tracer.start_as_current_span("replica_handle_request Tokenizer __call__",
+                                      kind=SpanKind.SERVER) as s:
+        s.set_attributes({"http.status_code": "200"})
+    provider.shutdown()
+    return list(made.get_finished_spans())
+
+
+def asyncio_cancelled() -> BaseException:
+    import asyncio
+    return asyncio.CancelledError()
+
+
+def test_spans_leave_named_with_client_handle_calls_and_error_statuses() -> None:
+    sent = InMemorySpanExporter()
+    ServeSpanExporter(sent).export(_serve_spans())
+    by_name = {s.name: s for s in sent.get_finished_spans()}
+    # Outside a replica (this test process, like Serve's proxy): the proxy's service.
+    assert {s.resource.attributes["service.name"] for s in by_name.values()} == {PROXY_SERVICE}
+    proxy = by_name["proxy_http_request"]
+    assert proxy.status.status_code is StatusCode.ERROR
+    assert proxy.attributes["http.response.status_code"] == 500
+    assert by_name["route_to_replica Scorer __call__"].kind is SpanKind.CLIENT
+    scorer = by_name["replica_handle_request Scorer __call__"]
+    assert scorer.status.status_code is StatusCode.ERROR
+    assert scorer.attributes["error.type"] == "RuntimeError"
+    for fine in ("replica_handle_request Shop __call__",  # cancelled by its client
+                 "replica_handle_request Tokenizer __call__"):
+        assert by_name[fine].status.status_code is StatusCode.UNSET, fine
+    # The trace is untouched: same ids, same parent.
+    assert by_name["route_to_replica Scorer __call__"].parent.span_id == proxy.context.span_id
+
+
+def test_without_an_endpoint_nothing_is_exported_and_it_says_so(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(var, raising=False)
+    with caplog.at_level(logging.WARNING):
+        assert span_processors() == []
+    assert "no OTEL_EXPORTER_OTLP_ENDPOINT" in caplog.text
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    (processor,) = span_processors()
+    processor.shutdown()
