@@ -288,6 +288,11 @@ class Settings(BaseSettings):
     attach_healthy_after_s: float = Field(
         60.0, gt=0, description="Seconds a Serve application's config must run with no open "
         "incident on it before aiops keeps it as the one a rollback re-applies.")
+    embedded_stack: Literal["auto", "on", "off"] = Field(
+        "auto", description="Whether this server expects the Serve stack `aiops up` starts "
+        "(its control plane on `control_port`, Ray's metrics as scrape target `ray`): `on` "
+        "(what `aiops up` sets), `off` (an attach-only server), `auto`: expected unless attach "
+        "targets are configured or added.")
 
     @property
     def agent_llm_base(self) -> str | None:

@@ -98,6 +98,8 @@ def _spawn(name: str, argv: list[str], settings: Settings) -> Component:
     logs.mkdir(parents=True, exist_ok=True)
     log_file = logs / f"{name}.log"
     env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
+    if settings.embedded_stack == "auto":  # this server serves the stack started beside it
+        env["AIOPS_EMBEDDED_STACK"] = "on"
     with open(log_file, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 stdin=subprocess.DEVNULL, start_new_session=True)

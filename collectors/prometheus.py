@@ -148,6 +148,7 @@ class Scraper:
         self.sink = sink
         self.errors: dict[str, int] = {t.job: 0 for t in targets}
         self._http = httpx.Client(timeout=timeout_s, transport=transport)
+        self._down: set[str] = set()  # jobs whose last scrape failed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -170,7 +171,14 @@ class Scraper:
                 up = 1.0
             except (httpx.HTTPError, ValueError) as exc:
                 self.errors[target.job] = self.errors.get(target.job, 0) + 1
-                log.warning("scrape of %s (%s) failed: %s", target.job, target.url, exc)
+                # Said once when a target goes down (counted every time, and its `up` series
+                # says 0), not every interval while it stays down.
+                level = logging.DEBUG if target.job in self._down else logging.WARNING
+                self._down.add(target.job)
+                log.log(level, "scrape of %s (%s) failed: %s", target.job, target.url, exc)
+            if up and target.job in self._down:
+                self._down.discard(target.job)
+                log.info("scrape of %s (%s) works again", target.job, target.url)
             rows.append({"service_name": target.job, "scope_name": SCOPE, "time": now,
                          "name": "up", "type": "gauge", "value": up,
                          "resource_attributes": _dumps({"service.name": target.job,

@@ -143,6 +143,7 @@ class _World:
 
     def roots(self, model: str | None, version: str | None = None) -> list[dict[str, Any]]:
         return [s for s in self.spans if not s.get("parent_span_id") and _model(s)
+                and s.get("kind") == "server"
                 and self.in_window(s["start_time"]) and (model is None or _model(s) == model)
                 and (version is None or _version(s) == version)]
 

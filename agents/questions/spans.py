@@ -1,6 +1,6 @@
 """Which spans stand for a model's requests, as SQL the question modules share.
 
-A request's latency as its client saw it is its root span: the ingress SERVER span of the
+A request's latency as its client saw it is its root SERVER span: the ingress span of the
 embedded stack (the model in ``gen_ai.request.model``, the version in ``aiops.model.version``),
 or the root span an app instrumented by its owner exports (its ``service.name`` and
 ``service.version``). Replicas are only known inside the model: its own spans carry
@@ -14,7 +14,7 @@ from typing import Any
 
 from aiops.analytics.findings import NOT_WARMUP
 
-__all__ = ["FAILED", "HTTP_STATUS", "MODEL", "REPLICA", "VERSION", "column", "label",
+__all__ = ["FAILED", "HTTP_STATUS", "MODEL", "REPLICA", "REQUEST", "VERSION", "column", "label",
            "percentile_columns", "roots", "where"]
 
 MODEL = ("coalesce(attributes->>'gen_ai.request.model', "
@@ -23,6 +23,9 @@ VERSION = ("coalesce(attributes->>'aiops.model.version', "
            "CASE WHEN service_name <> 'ingress' THEN resource_attributes->>'service.version' END)")
 REPLICA = ("coalesce(resource_attributes->>'ray.serve.replica', "
            "resource_attributes->>'service.instance.id')")
+# A request is a span its service served (OpenTelemetry's SERVER kind): a server's start-up
+# work (vLLM's "Overall Loading", an internal root span of many seconds) is not one.
+REQUEST = "kind = 'server'"
 HTTP_STATUS = "TRY_CAST(attributes->>'http.response.status_code' AS INTEGER)"
 FAILED = f"(status_code = 'error' OR coalesce({HTTP_STATUS}, 0) >= 500)"
 
@@ -45,8 +48,8 @@ def roots(since: datetime, until: datetime, model: str | None, version: str | No
     """``FROM spans WHERE ...``: root spans of requests to a model (every model when None)."""
     clause, params = where("start_time", since, until, (MODEL, model), (VERSION, version))
     # Warm-up requests a replica ran on itself before taking traffic are not users'.
-    return (f"FROM spans\n{clause}\n  AND parent_span_id IS NULL AND {MODEL} IS NOT NULL"
-            f"\n  AND {NOT_WARMUP}", params)
+    return (f"FROM spans\n{clause}\n  AND parent_span_id IS NULL AND {REQUEST}"
+            f"\n  AND {MODEL} IS NOT NULL AND {NOT_WARMUP}", params)
 
 
 def percentile_columns(percentiles: list[float]) -> str:

@@ -58,6 +58,7 @@ PROXY_SERVICE = "ray-serve-proxy"
 # How often a replica re-reads its release once its application runs (not while it deploys).
 REFRESH_S = 15.0
 _HANDLE_CALL = "route_to_replica"
+_SERVE_SCOPE = "ray.serve"  # the tracer Serve's own spans come from
 _ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
@@ -175,6 +176,11 @@ def _failed(span: ReadableSpan) -> str | None:
     return None
 
 
+def _serves(span: ReadableSpan) -> bool:
+    scope = span.instrumentation_scope
+    return scope is not None and scope.name.startswith(_SERVE_SCOPE)
+
+
 def _rewrite(span: ReadableSpan, identity: dict[str, Any]) -> ReadableSpan:
     resource = span.resource.merge(Resource(identity)) if span.resource else Resource(identity)
     attrs = dict(span.attributes or {})
@@ -187,7 +193,13 @@ def _rewrite(span: ReadableSpan, identity: dict[str, Any]) -> ReadableSpan:
     if code is not None and "http.response.status_code" not in attrs:
         with contextlib.suppress(ValueError):
             attrs["http.response.status_code"] = int(str(code))
-    kind = SpanKind.CLIENT if span.name.startswith(_HANDLE_CALL) else span.kind
+    kind = span.kind
+    if span.name.startswith(_HANDLE_CALL):
+        kind = SpanKind.CLIENT
+    elif kind is SpanKind.SERVER and REPLICA in identity and not _serves(span):
+        # In a replica the request is Serve's span; a web framework's own server span (FastAPI
+        # traces itself) is a step inside it, or each request would count twice.
+        kind = SpanKind.INTERNAL
     return ReadableSpan(
         name=span.name, context=span.context, parent=span.parent, resource=resource,
         attributes=attrs, events=span.events, links=span.links, kind=kind, status=status,

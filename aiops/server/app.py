@@ -45,10 +45,10 @@ from aiops.analytics.slo import parse_windows
 from aiops.analytics.topology import load_service_map
 from aiops.analytics.traces import TraceThresholds
 from aiops.attach.control import Planes
-from aiops.attach.watch import Attachment
+from aiops.attach.watch import Attachment, targets_of
 from aiops.auth import Authenticator
 from aiops.config import Settings
-from aiops.errors import AIOpsError, StoreError
+from aiops.errors import AIOpsError, ConfigError, StoreError
 from aiops.ledger import verify_table
 from aiops.lifecycle import LifecycleClient
 from aiops.remediation.policy import load_policy
@@ -62,7 +62,7 @@ from aiops.server.sql import make_router as sql_router
 from aiops.store import Store
 from collectors.otlp.receiver import ReceiverMetrics, make_router
 from collectors.otlp.writer import BatchWriter, MemoryBudget
-from collectors.prometheus import Scraper, parse_targets
+from collectors.prometheus import Scraper, Target, parse_targets
 
 __all__ = ["create_app"]
 
@@ -102,9 +102,16 @@ def create_app(settings: Settings, store: Store,
     writer = BatchWriter(store)
     budget = MemoryBudget(settings.ingest_memory_mb * 2**20)
 
-    targets = (parse_targets(f"ray=http://127.0.0.1:{settings.ray_metrics_port}/metrics")
-               if settings.scrape_targets == "ray" else parse_targets(settings.scrape_targets))
-    scraper = Scraper(targets, settings.scrape_interval_s,
+    # The embedded stack's Ray metrics are scraped (and its control plane called) only where
+    # that stack is expected: not on a server that only watches serving it did not start.
+    local_ray = parse_targets(f"ray=http://127.0.0.1:{settings.ray_metrics_port}/metrics")
+    targets = [] if settings.scrape_targets == "ray" else parse_targets(settings.scrape_targets)
+
+    def scraped(attached: list[Target]) -> list[Target]:
+        embedded = settings.scrape_targets == "ray" and _embedded(settings)
+        return [*(local_ray if embedded else targets), *attached]
+
+    scraper = Scraper(scraped([]), settings.scrape_interval_s,
                       lambda t: store.append("metric_points", t))
 
     retention = Retention(store, settings.retention_hours, settings.retention_interval_s) \
@@ -114,13 +121,14 @@ def create_app(settings: Settings, store: Store,
     # planes join the embedded stack's behind one ControlPlane.
     declared = load_service_map(settings.service_map_file)
     attachment = Attachment(settings, lambda: _troubled(tracker),
-                            lambda extra: scraper.set_targets([*targets, *extra]),
+                            lambda extra: scraper.set_targets(scraped(extra)),
                             lambda graph: analyzer.set_calls(declared | graph)
                             if analyzer is not None else None)
     # Resolved incidents, embedded: "seen before" in answers and in the planner's reasons.
     memory = LazyMemory(settings.data_dir / "memory.duckdb")
     remediator = Remediator(store, load_policy(settings.policy_file), lambda: Planes(
-        [lambda: LifecycleClient.from_settings(settings), *attachment.planes()]),
+        [*([lambda: LifecycleClient.from_settings(settings)] if _embedded(settings) else []),
+         *attachment.planes()]),
         # Not waiting: the first plan starts the memory loading instead of stalling a round.
         recall=lambda incident_id: memory.seen_before(store, incident_id, wait=False))
     analyzer = _analyzer(settings, store, remediator) if settings.analytics else None
@@ -338,6 +346,17 @@ def create_app(settings: Settings, store: Store,
         return get_swagger_ui_html(openapi_url="/openapi.json", title="aiops server")
 
     return app
+
+
+def _embedded(settings: Settings) -> bool:
+    """Whether the Serve stack of ``aiops up`` is expected beside this server: ``auto`` means
+    yes unless it watches attached serving (configured, or added with `aiops attach add`)."""
+    if settings.embedded_stack != "auto":
+        return settings.embedded_stack == "on"
+    try:
+        return not targets_of(settings)
+    except ConfigError:  # a broken attach file: attach-only was meant
+        return False
 
 
 def _troubled(tracker: IncidentTracker | None) -> set[tuple[str, str]]:

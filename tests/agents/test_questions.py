@@ -58,6 +58,22 @@ def test_a_replicas_warm_up_requests_are_not_users_requests(store: Store) -> Non
     assert a.report.rows[0]["p99_ms"] < 1000
 
 
+def test_a_servers_start_up_span_is_not_a_request(store: Store) -> None:
+    # vLLM's own exporter: requests are `llm_request` SERVER roots named by the service only;
+    # loading the model is an INTERNAL root of 17 s.
+    rows = []
+    for i in range(20):
+        r = span(T0 - 300 * NS + i * NS, 40 + i)
+        r.update(name="llm_request", kind="server", attributes="{}")
+        rows.append(r)
+    loading = span(T0 - 400 * NS, 17_000)
+    loading.update(name="Overall Loading", kind="internal", attributes="{}")
+    add_spans(store, [*rows, loading])
+    a = _ask(store, "what is the p99 latency of echo over the last 10 minutes?")
+    assert a.report is not None and a.report.rows[0]["requests"] == 20
+    assert a.report.rows[0]["p99_ms"] < 100
+
+
 def test_a_chinese_question_reads_the_same(store: Store) -> None:
     _requests(store, T0 - 300 * NS, 100, 1000, 40)
     a = _ask(store, "echo过去十分钟的P99延迟是多少?")

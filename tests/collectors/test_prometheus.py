@@ -3,6 +3,7 @@ counters, gauges, histograms and summaries land usable for rates and quantiles."
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -69,6 +70,23 @@ def test_a_down_target_records_up_0_and_the_others_still_land(store: Store,
                           "WHERE name = 'up'").rows)
     assert up == {"gone": 0.0, "app": 1.0}
     assert store.count("metric_points") > 5
+
+
+def test_a_target_that_stays_down_is_reported_once_and_counted_every_time(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    scraper = Scraper([Target("gone", f"http://127.0.0.1:{free_port()}/metrics")], 60,
+                      lambda t: store.append("metric_points", t), timeout_s=1)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="collectors.prometheus"):
+            for _ in range(3):
+                scraper.scrape_once()
+    finally:
+        scraper.close()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "scrape of gone" in warnings[0].getMessage()
+    assert scraper.errors["gone"] == 3
+    assert store.query("SELECT count(*) FROM metric_points WHERE name = 'up' "
+                       "AND value = 0").rows[0][0] == 3
 
 
 def test_target_lists_are_validated() -> None:

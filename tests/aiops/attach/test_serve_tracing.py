@@ -14,7 +14,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from aiops.attach.serve_tracing import PROXY_SERVICE, ServeSpanExporter, span_processors
+from aiops.attach.serve_tracing import PROXY_SERVICE, ServeSpanExporter, _rewrite, span_processors
+from aiops.identity import REPLICA
 
 
 def _serve_spans() -> list[ReadableSpan]:
@@ -78,3 +79,20 @@ def test_without_an_endpoint_nothing_is_exported_and_it_says_so(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
     (processor,) = span_processors()
     processor.shutdown()
+
+
+def test_in_a_replica_a_frameworks_own_server_span_is_a_step_not_a_second_request() -> None:
+    made = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(made))
+    with provider.get_tracer("ray.serve._private.tracing_utils").start_as_current_span(
+            "replica_handle_request Shop __call__", kind=SpanKind.SERVER):
+        pass
+    with provider.get_tracer("opentelemetry.instrumentation.fastapi").start_as_current_span(
+            "POST /shop/score", kind=SpanKind.SERVER):
+        pass
+    provider.shutdown()
+    replica = {"service.name": "shop", REPLICA: "r1"}
+    kinds = {s.name: _rewrite(s, replica).kind for s in made.get_finished_spans()}
+    assert kinds == {"replica_handle_request Shop __call__": SpanKind.SERVER,
+                     "POST /shop/score": SpanKind.INTERNAL}
