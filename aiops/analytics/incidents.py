@@ -82,6 +82,9 @@ def rank_causes(findings: list[Finding], calls: ServiceMap | None = None
     # The best score of a callee with a kernel-level cause (a crash, an OOM kill, ...).
     explained = max((f.score for e, fs in by_version.items() if e.service != INGRESS
                      for f in fs if f.fault_class in CAUSE_CLASSES), default=0.0)
+    best: dict[str, float] = defaultdict(float)  # each firing service's best score
+    for entity, fs in by_version.items():
+        best[entity.service] = max(best[entity.service], *(f.score for f in fs))
     causes = []
     for entity, fs in by_version.items():
         score = max(f.score for f in fs)
@@ -90,8 +93,10 @@ def rank_causes(findings: list[Finding], calls: ServiceMap | None = None
             if explained:
                 # The caller's symptoms are explained by its callee's cause: it ranks below.
                 score = min(score, 0.99 * explained)
-        elif calls is not None and calls.callees(entity.service) & firing:
-            score *= CALLER_DISCOUNT
+        elif calls is not None and (reached := calls.callees(entity.service) & firing):
+            # A caller whose callee fires suffers from it: it ranks below that callee (the
+            # incident is the callee's, see IncidentTracker._subject), whatever its score.
+            score = min(score * CALLER_DISCOUNT, 0.99 * max(best[s] for s in reached))
         kernel = [f for f in fs if f.fault_class in CAUSE_CLASSES]
         # Among kernel causes the deeper one leads, whatever the scores: an OOM kill also
         # shows as the process's exit, a crash loop as CPU spikes while it restarts, and a
@@ -143,7 +148,12 @@ class Incident:
         if top.node:
             lead = next(f for f in self.findings.values() if f.node == top.node)
             return f"{top.fault_class} {top.node} under {top.entity}: {lead.summary}"
-        lead = max(self.findings.values(), key=lambda f: f.score)
+        # The lead finding is the top cause's own: a caller's symptom scoring higher would
+        # name another service than the verdict does.
+        own = [f for f in self.findings.values()
+               if (f.entity.service, f.entity.version) == (top.entity.service,
+                                                          top.entity.version)]
+        lead = max(own or list(self.findings.values()), key=lambda f: f.score)
         return f"{top.fault_class} on {top.entity}: {lead.summary}"
 
     def row(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiops.analytics.findings import Entity, FaultClass, Finding
 from aiops.analytics.incidents import IncidentTracker, Status, rank_causes
+from aiops.analytics.topology import ServiceMap
 
 NS = 1_000_000_000
 
@@ -54,3 +55,16 @@ def test_cpu_contention_names_the_cause_behind_the_latency() -> None:
     assert (causes[0].entity, causes[0].fault_class) == (Entity("echo", "v1", "r1"),
                                                           FaultClass.CPU)
     assert causes[0].detectors == ["ebpf_runq", "trace_latency"]
+
+
+def test_the_summary_quotes_the_top_causes_own_finding() -> None:
+    # The caller's latency scores higher, but the callee ranks first (a map says who calls
+    # whom): the text names the callee's figures, not the caller's.
+    tracker = IncidentTracker(calls=ServiceMap(frozenset({("shop", "shop.Scorer")})))
+    (inc,) = tracker.update([
+        finding("trace_latency", Entity("shop", "1.0.0"), FaultClass.LATENCY, 9.0),
+        finding("trace_errors", Entity("shop.Scorer", "2.0.0"), FaultClass.ERRORS, 2.0)], NS)
+    assert str(inc.causes[0].entity) == "shop.Scorer@2.0.0"
+    assert inc.summary == ("errors on shop.Scorer@2.0.0: trace_errors on "
+                           "shop.Scorer@2.0.0")
+    assert inc.row()["service"] == "shop.Scorer"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aiops.analytics.findings import FaultClass
+from aiops.analytics.findings import Entity, FaultClass
 from aiops.analytics.traces import TraceThresholds, trace_findings
 from aiops.store import Store
 from tests.aiops.analytics.telemetry import NS, T0, add_spans, span, traffic
@@ -113,3 +113,17 @@ def test_one_failure_of_few_is_not_an_error_burst(store: Store) -> None:
     add_spans(store, [span(T0 - 4 * NS, 20, version="v2", status=500),
                       span(T0 - 2 * NS, 50, version="v2")])
     assert trace_findings(store, T0, T) == []
+
+
+def test_a_release_failing_from_its_first_request_keeps_firing_against_its_predecessor(
+        store: Store) -> None:
+    # v1 served cleanly until v2 replaced it 120 s ago; v2 has failed 3 in 10 ever since, so
+    # its own history fails as often as its window: judged against that it would look
+    # normal (and its incident resolve while it still fails). The best recent version is
+    # the reference.
+    traffic(store, T0 - 400 * NS, 280, 2, 50, version="v1")
+    traffic(store, T0 - 120 * NS, 120, 3, 50, version="v2")
+    traffic(store, T0 - 120 * NS + NS // 2, 120, 1, 50, version="v2", status=500)
+    errors = [f for f in trace_findings(store, T0, T) if f.fault_class is FaultClass.ERRORS
+              and f.entity == Entity("echo", "v2")]
+    assert errors and "25% of" in errors[0].summary and "vs 0% normally" in errors[0].summary
