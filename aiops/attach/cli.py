@@ -31,12 +31,14 @@ def _check(target: AttachTarget) -> None:
     if target.kind == "ray":
         with RayServe(target) as rest:
             apps = rest.applications()
-        table = Table("application", "service", "version", "status", "deployments",
+        table = Table("application", "deployment", "service", "version", "status",
                       "replicas", title=f"{target.name}: Serve applications")
         for a in apps:
-            table.add_row(a.name, a.service, a.version, a.status,
-                          ", ".join(d.name for d in a.deployments),
-                          str(sum(len(d.replicas) for d in a.deployments)))
+            for d in a.deployments or ():
+                table.add_row(a.name, d.name, a.service_of(d.name), a.version_of(d.name),
+                              f"{a.status} / {d.status}", str(len(d.replicas)))
+            if not a.deployments:
+                table.add_row(a.name, "-", a.service, a.version, a.status, "0")
         console.print(table)
         imperative = [a.name for a in apps if a.config is None]
         if imperative:

@@ -206,7 +206,8 @@ class Attachment:
         """Every attached Serve replica's process, in the eBPF collector's replica-file
         format: its kernel measurements then name the app's service, version and replica."""
         return [{"pid": pid, "app": app.name, "deployment": d.name, "replica": replica,
-                 "model": app.service_of(d.name), "version": app.version, "node_ip": node,
+                 "model": app.service_of(d.name), "version": app.version_of(d.name),
+                 "node_ip": node,
                  "target": target}
                 for target, apps in sorted(self.apps.items()) for app in apps
                 for d in app.deployments for replica, pid, node in d.processes]
@@ -251,7 +252,8 @@ class Attachment:
                     {"name": a.name, "service": a.service, "version": a.version,
                      "status": a.status, "declarative": a.config is not None,
                      "healthy_versions": [h.version for h in history.healthy(a.name)],
-                     "deployments": [{"name": d.name, "status": d.status,
+                     "deployments": [{"name": d.name, "service": a.service_of(d.name),
+                                      "version": a.version_of(d.name), "status": d.status,
                                       "replicas": list(d.replicas)} for d in a.deployments]}
                     for a in self.apps.get(t.name, [])]
             else:

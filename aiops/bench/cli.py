@@ -459,6 +459,7 @@ def bench_all() -> None:
     else:
         bench_ebpf()
     bench_mttr()
+    bench_attach()
     bench_warmup()
     bench_chatops()
     bench_memory()

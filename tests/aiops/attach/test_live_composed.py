@@ -136,6 +136,8 @@ def test_a_bad_release_of_one_deployment_is_named_rolled_back_and_verified(
                    and a["status"] == "RUNNING" and a["version"] in a["healthy_versions"] and a,
                    180)
     v1 = app["version"]
+    assert {d["name"]: (d["service"], d["version"]) for d in app["deployments"]} == {
+        "Shop": ("shop", v1), "Tokenizer": ("shop.Tokenizer", v1), "Scorer": ("shop.Scorer", v1)}
     # Serve's own spans, each deployment its own service under the release the REST API
     # reports, one trace from the ingress through both handle calls.
     rows = wait_for("spans of every deployment", lambda: len(r := server.store.query(

@@ -22,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from agents.agent import Agent
+from agents.tools import Toolbox
 from aiops.attach.control import VllmControl
 from aiops.auth import Role, ensure_credential
 from aiops.bench.common import free_port
@@ -129,9 +132,11 @@ def attached(server: RunningServer, vllm: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def traffic(attached: str) -> Iterator[dict[str, int]]:
+def traffic(attached: str) -> Iterator[dict[str, Any]]:
     """A client calling the team's vLLM server throughout, streaming every other request."""
-    stop, counts = threading.Event(), {"ok": 0, "failed": 0}
+    # "latencies": seconds, as the client measured each answered request.
+    stop, latencies = threading.Event(), list[float]()
+    counts: dict[str, Any] = {"ok": 0, "failed": 0, "latencies": latencies}
 
     def run() -> None:
         with httpx.Client(base_url=attached, timeout=120) as c:
@@ -139,7 +144,10 @@ def traffic(attached: str) -> Iterator[dict[str, int]]:
                 body = {"model": MODEL, "max_tokens": 8, "stream": counts["ok"] % 2 == 1,
                         "messages": [{"role": "user", "content": "Say hi."}]}
                 try:
+                    t0 = time.monotonic()
                     r = c.post("/v1/chat/completions", json=body)
+                    if r.status_code == 200:
+                        latencies.append(time.monotonic() - t0)
                     counts["ok" if r.status_code == 200 else "failed"] += 1
                 except httpx.HTTPError:
                     counts["failed"] += 1
@@ -153,7 +161,7 @@ def traffic(attached: str) -> Iterator[dict[str, int]]:
 
 
 def test_the_vllm_servers_metrics_and_traces_land_under_the_models_name(
-        server: RunningServer, traffic: dict[str, int]) -> None:
+        server: RunningServer, traffic: dict[str, Any]) -> None:
     wait_for("five answered requests", lambda: traffic["ok"] >= 5, 120)
     assert traffic["failed"] == 0
     q = server.store.query
@@ -186,6 +194,22 @@ def test_the_vllm_servers_metrics_and_traces_land_under_the_models_name(
                        "models": [MODEL], "version": tag}]
 
 
+def test_the_models_p99_is_what_its_clients_measured(
+        server: RunningServer, traffic: dict[str, Any]) -> None:
+    # vLLM also exports its start-up ("Overall Loading", an internal root span of seconds):
+    # not a request. The p99 chat-ops answers is its requests', within 10% of the clients'.
+    wait_for("40 answered requests", lambda: traffic["ok"] >= 40, 300)
+    time.sleep(3)  # the last spans' export
+    measured = list(traffic["latencies"])
+    answer = Agent(Toolbox(server.store)).ask(
+        f"what is the p99 latency of {MODEL} over the last 30 minutes?")
+    assert answer.report is not None and answer.report.rows, answer.text
+    row = answer.report.rows[0]
+    client_p99_ms = float(np.percentile(measured, 99)) * 1000
+    assert row["requests"] >= len(measured) - 5, (row, len(measured))
+    assert abs(row["p99_ms"] - client_p99_ms) <= 0.1 * client_p99_ms, (row, client_p99_ms)
+
+
 def _serving_dashboard() -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(
         (PACKAGE_DIR / GENERATED / "aiops-serving.json").read_text())
@@ -199,7 +223,7 @@ MAPPED = ("aiops_model_kv_cache_usage_ratio", "gen_ai_server_request_duration_se
 
 
 def test_the_serving_dashboards_queries_show_the_attached_model(
-        server: RunningServer, traffic: dict[str, int], tmp_path: Path) -> None:
+        server: RunningServer, traffic: dict[str, Any], tmp_path: Path) -> None:
     exprs = [q.expr for q in queries(_serving_dashboard())
              if q.is_prometheus and any(m in q.expr for m in MAPPED)]
     assert len(exprs) >= 5
