@@ -145,7 +145,9 @@ class ServeSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             attrs = self._whoami.attributes()
-            out = [_rewrite(s, attrs) for s in spans]
+            # One process, one resource: merged once per batch, not once per span.
+            merged: dict[int, Resource] = {}
+            out = [_rewrite(s, attrs, merged) for s in spans]
         except Exception:
             log.exception("aiops tracing: cannot rewrite %d spans; sent as Serve made them",
                           len(spans))
@@ -181,8 +183,14 @@ def _serves(span: ReadableSpan) -> bool:
     return scope is not None and scope.name.startswith(_SERVE_SCOPE)
 
 
-def _rewrite(span: ReadableSpan, identity: dict[str, Any]) -> ReadableSpan:
-    resource = span.resource.merge(Resource(identity)) if span.resource else Resource(identity)
+def _rewrite(span: ReadableSpan, identity: dict[str, Any],
+             merged: dict[int, Resource] | None = None) -> ReadableSpan:
+    cache = {} if merged is None else merged
+    key = id(span.resource)
+    resource = cache.get(key)
+    if resource is None:
+        resource = cache[key] = span.resource.merge(Resource(identity)) if span.resource \
+            else Resource(identity)
     attrs = dict(span.attributes or {})
     status = span.status
     why = _failed(span)
