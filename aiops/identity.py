@@ -91,9 +91,12 @@ def app_version(config: Mapping[str, Any]) -> str:
     if explicit:
         return explicit
     release = dict(config)
-    release["deployments"] = [
-        {k: v for k, v in d.items() if k not in SCALING_FIELDS} if isinstance(d, Mapping)
-        else d for d in config.get("deployments") or []]
+    # Without their scaling fields, in name order; an entry left naming only its deployment
+    # says nothing (a scale may add one for a deployment the config did not list).
+    deployments = [{k: v for k, v in d.items() if k not in SCALING_FIELDS}
+                   for d in config.get("deployments") or [] if isinstance(d, Mapping)]
+    release["deployments"] = sorted((d for d in deployments if set(d) - {"name"}),
+                                    key=lambda d: str(d.get("name", "")))
     if not release["deployments"]:
         del release["deployments"]
     return "cfg-" + hashlib.sha256(orjson.dumps(release, option=orjson.OPT_SORT_KEYS)

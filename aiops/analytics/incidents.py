@@ -94,9 +94,11 @@ def rank_causes(findings: list[Finding], calls: ServiceMap | None = None
                 # The caller's symptoms are explained by its callee's cause: it ranks below.
                 score = min(score, 0.99 * explained)
         elif calls is not None and (reached := calls.callees(entity.service) & firing):
-            # A caller whose callee fires suffers from it: it ranks below that callee (the
-            # incident is the callee's, see IncidentTracker._subject), whatever its score.
-            score = min(score * CALLER_DISCOUNT, 0.99 * max(best[s] for s in reached))
+            # A caller whose callee fires suffers from it: it ranks below the deepest firing
+            # services it reaches (the incident is theirs, see IncidentTracker._subject),
+            # whatever its score; a chain's middle ranks below its end too.
+            deepest = [s for s in reached if not calls.callees(s) & firing] or list(reached)
+            score = min(score * CALLER_DISCOUNT, 0.99 * max(best[s] for s in deepest))
         kernel = [f for f in fs if f.fault_class in CAUSE_CLASSES]
         # Among kernel causes the deeper one leads, whatever the scores: an OOM kill also
         # shows as the process's exit, a crash loop as CPU spikes while it restarts, and a

@@ -41,7 +41,6 @@ import time
 from collections.abc import Sequence
 from typing import Any, cast
 
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -55,8 +54,11 @@ log = logging.getLogger(__name__)
 
 # The service of the proxies' spans: the clients' view of every application on the node.
 PROXY_SERVICE = "ray-serve-proxy"
-# How often a replica re-reads its release once its application runs (not while it deploys).
+# How often a replica re-reads its release once its application runs; while it deploys, every
+# UNSETTLED_S for UNSETTLED_FOR_S (then REFRESH_S: an app can stay unhealthy for long).
 REFRESH_S = 15.0
+UNSETTLED_S, UNSETTLED_FOR_S = 2.0, 120.0
+DEFAULT_DELAY_MS = 500.0
 _HANDLE_CALL = "route_to_replica"
 _SERVE_SCOPE = "ray.serve"  # the tracer Serve's own spans come from
 _ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -64,15 +66,32 @@ _ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDP
 
 def span_processors() -> list[SpanProcessor]:
     """Serve's exporter hook (``exporter_import_path``): takes no argument, returns the span
-    processors of this process' tracer provider."""
+    processors of this process' tracer provider. Serve calls it while a replica starts, so
+    nothing here may fail the replica: a problem is logged and nothing is exported."""
     if not any(os.environ.get(v) for v in _ENDPOINT_VARS):
         log.warning("aiops tracing: no OTEL_EXPORTER_OTLP_ENDPOINT in this process' environment "
                     "(pid %d): Serve's spans are not exported", os.getpid())
         return []
-    # A short delay: detection and verification read these spans within seconds.
-    delay_ms = int(os.environ.get("OTEL_BSP_SCHEDULE_DELAY", "500"))
-    return [BatchSpanProcessor(ServeSpanExporter(OTLPSpanExporter()),
-                               schedule_delay_millis=delay_ms)]
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        # A short delay: detection and verification read these spans within seconds.
+        return [BatchSpanProcessor(ServeSpanExporter(OTLPSpanExporter()),
+                                   schedule_delay_millis=_delay_ms())]
+    except Exception:
+        log.exception("aiops tracing: cannot set up the OTLP exporter; Serve's spans are not "
+                      "exported")
+        return []
+
+
+def _delay_ms() -> float:
+    raw = os.environ.get("OTEL_BSP_SCHEDULE_DELAY", "")
+    try:
+        return max(1.0, float(raw)) if raw else DEFAULT_DELAY_MS
+    except ValueError:
+        log.warning("aiops tracing: OTEL_BSP_SCHEDULE_DELAY=%r is not a number of "
+                    "milliseconds; using %g", raw, DEFAULT_DELAY_MS)
+        return DEFAULT_DELAY_MS
 
 
 class _Whoami:
@@ -83,14 +102,18 @@ class _Whoami:
         self._attrs: dict[str, Any] | None = None
         self._read_at = 0.0
         self._settled = False  # the app was RUNNING when last read
+        self._unsettled_since = time.monotonic()
 
     def attributes(self) -> dict[str, Any]:
         with self._lock:
             now = time.monotonic()
-            if self._attrs is None or (self._settled and now - self._read_at > REFRESH_S) \
-                    or (not self._settled and now - self._read_at > 2.0):
+            quick = not self._settled and now - self._unsettled_since < UNSETTLED_FOR_S
+            if self._attrs is None or now - self._read_at > (UNSETTLED_S if quick
+                                                             else REFRESH_S):
                 self._attrs = self._read(self._attrs)
                 self._read_at = now
+                if self._settled:
+                    self._unsettled_since = now
             return self._attrs
 
     def _read(self, before: dict[str, Any] | None) -> dict[str, Any]:
@@ -108,7 +131,9 @@ class _Whoami:
         attrs: dict[str, Any] = {
             APP: app, DEPLOYMENT: deployment, REPLICA: ctx.replica_id.unique_id,
             "service.instance.id": ctx.replica_id.unique_id,
-            "service.name": (before or {}).get("service.name") or app,
+            # Until the controller answers: the app's own setting, else Serve's names.
+            "service.name": (before or {}).get("service.name")
+            or os.environ.get("OTEL_SERVICE_NAME") or f"{app}.{deployment}",
         }
         try:
             import ray

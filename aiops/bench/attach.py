@@ -64,6 +64,7 @@ class _Clients:
 
     def __init__(self, url: str) -> None:
         self.url, self.ok, self.failed, self.last_failed = url, 0, 0, 0.0
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(2)]
 
@@ -75,10 +76,11 @@ class _Clients:
                                   ).status_code == 200
                 except httpx.HTTPError:
                     good = False
-                if good:
-                    self.ok += 1
-                else:
-                    self.failed, self.last_failed = self.failed + 1, time.monotonic()
+                with self._lock:
+                    if good:
+                        self.ok += 1
+                    else:
+                        self.failed, self.last_failed = self.failed + 1, time.monotonic()
                 time.sleep(0.05)
 
     def __enter__(self) -> _Clients:
@@ -148,10 +150,14 @@ def _one_run(cluster: RayCluster, settings: Settings, clients: _Clients, tmp: Pa
                                             if a["action_id"] not in before], 240)
     verified = time.monotonic()
     new = [i for i in _incidents(settings) if i["incident_id"] not in seen]
+    if not new:
+        raise RuntimeError("the rollback was verified but no new incident was recorded")
     first = min(new, key=lambda i: i["opened_at"])
     opened = _epoch_s(first["opened_at"])
+    # No failed request after the deploy: the clients never saw the fault (healthy at 0 s).
+    last_failed = max(clients.last_failed, deployed)
     return AttachRun(f"{first['service']}@{first['model_version']}", opened - deployed_wall,
-                     clients.last_failed - deployed, verified - clients.last_failed,
+                     last_failed - deployed, verified - last_failed,
                      clients.failed - failed_before)
 
 

@@ -70,6 +70,10 @@ def test_scaling_a_deployment_is_not_a_new_release() -> None:
     auto = _shop()
     auto["deployments"][2]["autoscaling_config"] = {"min_replicas": 1, "max_replicas": 3}
     assert app_version(auto) == app_version(_shop())
+    # aiops' own scale may list a deployment the config did not: still the same release.
+    listed = _shop()
+    listed["deployments"].append({"name": "Extra", "num_replicas": 2})
+    assert app_version(listed) == app_version(_shop())
 
 
 def test_an_imperative_app_has_no_release_to_return_to() -> None:

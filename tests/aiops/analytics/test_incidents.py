@@ -68,3 +68,12 @@ def test_the_summary_quotes_the_top_causes_own_finding() -> None:
     assert inc.summary == ("errors on shop.Scorer@2.0.0: trace_errors on "
                            "shop.Scorer@2.0.0")
     assert inc.row()["service"] == "shop.Scorer"
+
+
+def test_along_a_chain_of_calls_the_deepest_firing_service_ranks_first() -> None:
+    chain = ServiceMap(frozenset({("a", "b"), ("b", "c")}))
+    causes = rank_causes([finding("trace_latency", Entity("a", "1"), FaultClass.LATENCY, 10.0),
+                          finding("trace_latency", Entity("b", "1"), FaultClass.LATENCY, 5.0),
+                          finding("trace_errors", Entity("c", "1"), FaultClass.ERRORS, 1.0)],
+                         chain)
+    assert causes[0].entity == Entity("c", "1")

@@ -79,6 +79,11 @@ def test_without_an_endpoint_nothing_is_exported_and_it_says_so(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
     (processor,) = span_processors()
     processor.shutdown()
+    # Odd settings in the team's config never fail the replica Serve is starting.
+    for delay in ("0.5", "0", "-3", "soon"):
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", delay)
+        (processor,) = span_processors()
+        processor.shutdown()
 
 
 def test_in_a_replica_a_frameworks_own_server_span_is_a_step_not_a_second_request() -> None:
