@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from aiops.analytics.findings import NOT_WARMUP
 from aiops.analytics.slo import Objective
 from aiops.errors import AIOpsError
+from aiops.identity import SPAN_REPLICA
 from aiops.remediation.actions import Action, ActionKind, new_action
 from aiops.store import Store
 
@@ -334,9 +335,7 @@ class Toolbox:
             SELECT coalesce(attributes->>'aiops.model.version',
                             resource_attributes->>'service.version') AS version,
                    count(*) AS requests,
-                   count(DISTINCT coalesce(resource_attributes->>'ray.serve.replica',
-                                           resource_attributes->>'service.instance.id'))
-                       AS replicas,
+                   count(DISTINCT {SPAN_REPLICA}) AS replicas,
                    epoch_ns(min(start_time)) AS first_ns, epoch_ns(max(start_time)) AS last_ns
             FROM spans
             WHERE service_name = ?

@@ -31,8 +31,8 @@ from typing import Any
 
 import orjson
 
-__all__ = ["APP", "DEPLOYMENT", "REPLICA", "SCALING_FIELDS", "ServeIdentity", "app_version",
-           "deployment_service", "deployment_version", "env_vars", "identities",
+__all__ = ["APP", "DEPLOYMENT", "REPLICA", "SCALING_FIELDS", "SPAN_REPLICA", "ServeIdentity",
+           "app_version", "deployment_service", "deployment_version", "env_vars", "identities",
            "ingress_of", "resource_attr"]
 
 # Span and resource attributes naming the Serve entity a span came from (no OpenTelemetry
@@ -40,6 +40,11 @@ __all__ = ["APP", "DEPLOYMENT", "REPLICA", "SCALING_FIELDS", "ServeIdentity", "a
 APP = "ray.serve.app"
 DEPLOYMENT = "ray.serve.deployment"
 REPLICA = "ray.serve.replica"
+
+# The replica a span came from, as SQL over the spans table: Serve's replica id (aiops' own
+# serving and the zero-code exporter both set it). Not the OpenTelemetry SDK's
+# `service.instance.id`: the SDK makes one per process, and one vLLM server exports from three.
+SPAN_REPLICA = f"resource_attributes->>'{REPLICA}'"
 
 # Per-deployment fields that scale a release rather than change it.
 SCALING_FIELDS = frozenset({"num_replicas", "autoscaling_config"})

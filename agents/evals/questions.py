@@ -112,7 +112,7 @@ def _version(s: dict[str, Any]) -> str | None:
 
 
 def _replica(s: dict[str, Any]) -> str | None:
-    r = _res(s, "ray.serve.replica") or _res(s, "service.instance.id")
+    r = _res(s, "ray.serve.replica")
     return None if r is None else str(r)
 
 

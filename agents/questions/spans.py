@@ -4,7 +4,7 @@ A request's latency as its client saw it is its root SERVER span: the ingress sp
 embedded stack (the model in ``gen_ai.request.model``, the version in ``aiops.model.version``),
 or the root span an app instrumented by its owner exports (its ``service.name`` and
 ``service.version``). Replicas are only known inside the model: its own spans carry
-``ray.serve.replica`` (or ``service.instance.id``).
+``ray.serve.replica``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from aiops.analytics.findings import NOT_WARMUP
+from aiops.identity import SPAN_REPLICA
 
 __all__ = ["FAILED", "HTTP_STATUS", "MODEL", "REPLICA", "REQUEST", "VERSION", "column", "label",
            "percentile_columns", "roots", "where"]
@@ -21,8 +22,7 @@ MODEL = ("coalesce(attributes->>'gen_ai.request.model', "
          "CASE WHEN service_name <> 'ingress' THEN service_name END)")
 VERSION = ("coalesce(attributes->>'aiops.model.version', "
            "CASE WHEN service_name <> 'ingress' THEN resource_attributes->>'service.version' END)")
-REPLICA = ("coalesce(resource_attributes->>'ray.serve.replica', "
-           "resource_attributes->>'service.instance.id')")
+REPLICA = SPAN_REPLICA
 # A request is a span its service served (OpenTelemetry's SERVER kind): a server's start-up
 # work (vLLM's "Overall Loading", an internal root span of many seconds) is not one.
 REQUEST = "kind = 'server'"

@@ -74,6 +74,21 @@ def test_a_servers_start_up_span_is_not_a_request(store: Store) -> None:
     assert a.report.rows[0]["p99_ms"] < 100
 
 
+def test_processes_of_one_server_are_not_replicas(store: Store) -> None:
+    # One vLLM server exports from three processes, each with the OpenTelemetry SDK's own
+    # random service.instance.id: no Serve replica among them.
+    rows = []
+    for i in range(30):
+        r = span(T0 - 300 * NS + i * NS, 40)
+        r.update(name="llm_request", kind="server", attributes="{}",
+                 resource_attributes=f'{{"service.instance.id": "proc-{i % 3}"}}')
+        rows.append(r)
+    add_spans(store, rows)
+    a = _ask(store, "what is the p99 latency of echo per replica over the last 10 minutes?")
+    assert a.intent.by == "replica"
+    assert a.report is not None and a.report.rows == []
+
+
 def test_a_chinese_question_reads_the_same(store: Store) -> None:
     _requests(store, T0 - 300 * NS, 100, 1000, 40)
     a = _ask(store, "echo过去十分钟的P99延迟是多少?")
