@@ -206,6 +206,8 @@ def test_the_models_p99_is_what_its_clients_measured(
     assert answer.report is not None and answer.report.rows, answer.text
     row = answer.report.rows[0]
     client_p99_ms = float(np.percentile(measured, 99)) * 1000
+    print(f"\nvLLM p99: chat-ops {row['p99_ms']:.0f} ms over {row['requests']} requests, "
+          f"clients {client_p99_ms:.0f} ms over {len(measured)}")
     assert row["requests"] >= len(measured) - 5, (row, len(measured))
     assert abs(row["p99_ms"] - client_p99_ms) <= 0.1 * client_p99_ms, (row, client_p99_ms)
 
