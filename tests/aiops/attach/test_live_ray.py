@@ -223,7 +223,7 @@ def test_what_serve_cannot_do_is_refused_with_the_reason(target: AttachTarget,
     # An empty history: nothing known to be healthy, so nothing to roll back to.
     with pytest.raises(AttachError, match="no healthy earlier config"):
         control.rollback("greeter")
-    with pytest.raises(AttachError, match="not a declaratively deployed"):
+    with pytest.raises(AttachError, match="not a service of a declaratively deployed"):
         control.rollback("no-such-app")
 
 
