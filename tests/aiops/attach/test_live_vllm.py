@@ -15,7 +15,7 @@ import json
 import os
 import signal
 import subprocess
-import threading
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,37 +131,56 @@ def attached(server: RunningServer, vllm: str) -> str:
     return vllm
 
 
+# The client runs in a process of its own: in the test's process it would share the GIL with
+# the aiops server's threads and time their work as vLLM's.
+CLIENT = """
+import sys, time, httpx
+url, model, out = sys.argv[1:4]
+answered = 0
+with httpx.Client(base_url=url, timeout=120) as c, open(out, "a", buffering=1) as log:
+    while True:
+        body = {"model": model, "max_tokens": 8, "stream": answered % 2 == 1,
+                "messages": [{"role": "user", "content": "Say hi."}]}
+        t0 = time.monotonic()
+        try:
+            ok = c.post("/v1/chat/completions", json=body).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        log.write(f"{'ok' if ok else 'failed'} {time.monotonic() - t0:.6f}\\n")
+        answered += ok
+        time.sleep(0.2)
+"""
+
+
+class _Traffic:
+    """What the client process logged: ``ok`` and ``failed`` counts, and ``latencies`` (s)
+    of the answered requests as the client measured them."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+
+    def __getitem__(self, key: str) -> Any:
+        lines = [ln.split() for ln in self.log.read_text().splitlines()
+                 if ln.count(" ") == 1] if self.log.exists() else []
+        if key == "latencies":
+            return [float(t) for k, t in lines if k == "ok"]
+        return sum(1 for k, _ in lines if k == key)
+
+
 @pytest.fixture(scope="module")
-def traffic(attached: str) -> Iterator[dict[str, Any]]:
+def traffic(attached: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Traffic]:
     """A client calling the team's vLLM server throughout, streaming every other request."""
-    # "latencies": seconds, as the client measured each answered request.
-    stop, latencies = threading.Event(), list[float]()
-    counts: dict[str, Any] = {"ok": 0, "failed": 0, "latencies": latencies}
-
-    def run() -> None:
-        with httpx.Client(base_url=attached, timeout=120) as c:
-            while not stop.is_set():
-                body = {"model": MODEL, "max_tokens": 8, "stream": counts["ok"] % 2 == 1,
-                        "messages": [{"role": "user", "content": "Say hi."}]}
-                try:
-                    t0 = time.monotonic()
-                    r = c.post("/v1/chat/completions", json=body)
-                    if r.status_code == 200:
-                        latencies.append(time.monotonic() - t0)
-                    counts["ok" if r.status_code == 200 else "failed"] += 1
-                except httpx.HTTPError:
-                    counts["failed"] += 1
-                stop.wait(0.2)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    yield counts
-    stop.set()
-    thread.join(timeout=120)
+    log = tmp_path_factory.mktemp("client") / "requests.log"
+    proc = subprocess.Popen([sys.executable, "-c", CLIENT, attached, MODEL, str(log)])
+    try:
+        yield _Traffic(log)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_the_vllm_servers_metrics_and_traces_land_under_the_models_name(
-        server: RunningServer, traffic: dict[str, Any]) -> None:
+        server: RunningServer, traffic: _Traffic) -> None:
     wait_for("five answered requests", lambda: traffic["ok"] >= 5, 120)
     assert traffic["failed"] == 0
     q = server.store.query
@@ -195,7 +214,7 @@ def test_the_vllm_servers_metrics_and_traces_land_under_the_models_name(
 
 
 def test_the_models_p99_is_what_its_clients_measured(
-        server: RunningServer, traffic: dict[str, Any]) -> None:
+        server: RunningServer, traffic: _Traffic) -> None:
     # vLLM also exports its start-up ("Overall Loading", an internal root span of seconds):
     # not a request. The p99 chat-ops answers is its requests', within 10% of the clients'.
     wait_for("40 answered requests", lambda: traffic["ok"] >= 40, 300)
@@ -225,7 +244,7 @@ MAPPED = ("aiops_model_kv_cache_usage_ratio", "gen_ai_server_request_duration_se
 
 
 def test_the_serving_dashboards_queries_show_the_attached_model(
-        server: RunningServer, traffic: dict[str, Any], tmp_path: Path) -> None:
+        server: RunningServer, traffic: _Traffic, tmp_path: Path) -> None:
     exprs = [q.expr for q in queries(_serving_dashboard())
              if q.is_prometheus and any(m in q.expr for m in MAPPED)]
     assert len(exprs) >= 5
