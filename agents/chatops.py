@@ -5,21 +5,26 @@ Both ask the same agent, with the asker's role (``aiops.auth.Role``): a viewer m
 operator may also propose actions (the remediation policy still decides), an admin may also
 approve or deny pending ones ("approve act-..."). ``/v1/chatops`` needs an operator token
 (its role is the token's); a Slack request is signed with the app's signing secret, used
-once (a replay within the five-minute window is refused), and its role is that of the Slack
-user id in ``slack_user_roles`` (anyone else: viewer). Slack wants an answer within 3 s, so
-the command is acknowledged at once and the full answer is posted to its ``response_url``
-(only to the hosts ``slack_response_hosts`` allows) when it is ready.
+once (a replay within the five-minute window is refused, a restart included: the signatures
+used are on disk, ``agents.slack_replay``), and its role is that of the Slack user id in
+``slack_user_roles`` (anyone else: viewer). Whatever a Slack request holds, the answer is a
+4xx, never a 500: its headers are checked before its body is read, the body is read up to
+its cap and no further, and it is parsed only once its signature holds. Slack wants an
+answer within 3 s, so the command is acknowledged at once and the full answer is posted to
+its ``response_url`` (only to the hosts ``slack_response_hosts`` allows) when it is ready.
 """
 
 from __future__ import annotations
 
-import heapq
+import hashlib
+import hmac
 import logging
 import math
 import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -28,10 +33,11 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from slack_sdk.signature import SignatureVerifier
+from starlette.requests import ClientDisconnect
 
 from agents.agent import Agent, Answer, make_llm
 from agents.memory import LazyMemory
+from agents.slack_replay import SEEN_FILE, SeenSignatures
 from agents.tools import Limits, Proposer, Toolbox
 from aiops.analytics.slo import Objective
 from aiops.auth import Role
@@ -50,9 +56,13 @@ __all__ = ["AgentService", "ChatRequest", "NotAllowed", "make_router", "slack_ro
 log = logging.getLogger(__name__)
 
 SLACK_MAX_BODY = 8 * 1024
-SLACK_WINDOW_S = 60 * 5  # slack_sdk accepts a timestamp this far from now, either way
+SLACK_WINDOW_S = 60 * 5  # Slack's rule: a timestamp this far from now, either way, at most
 SLACK_SEEN_MAX = 10_000  # signatures remembered at most; when full, new requests wait (503)
+SLACK_MAX_FIELDS = 32  # a slash command has a dozen
 _SLACK_USER_ID = re.compile(r"^[A-Z0-9]{2,32}$")  # U012AB3CD, W0123ABC
+_SLACK_STAMP = re.compile(r"[0-9]{1,12}")  # Unix seconds, ASCII digits (str.isdigit takes "²")
+_SLACK_SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,15}")
 
 
 class Busy(Exception):
@@ -175,32 +185,7 @@ def slack_roles(spec: str) -> dict[str, Role]:
     return roles
 
 
-class _Seen:
-    """Slack signatures used within the window, so that a replay is refused; each is
-    forgotten once its timestamp is out of the window, and at most ``cap`` are kept."""
-
-    def __init__(self, window_s: int, cap: int, clock: Callable[[], float] = time.time
-                 ) -> None:
-        self.window_s, self.cap, self.clock = window_s, cap, clock
-        self._lock = threading.Lock()
-        self._until: dict[str, float] = {}
-        self._expiry: list[tuple[float, str]] = []
-
-    def use(self, signature: str, stamp: int) -> float | None:
-        """Record ``signature``: None when new; 0 when replayed; when full, the seconds
-        until room is made."""
-        now = self.clock()
-        with self._lock:
-            while self._expiry and self._expiry[0][0] < now:
-                self._until.pop(heapq.heappop(self._expiry)[1], None)
-            if signature in self._until:
-                return 0.0
-            if len(self._until) >= self.cap:
-                return max(1.0, self._expiry[0][0] - now)
-            until = stamp + self.window_s + 1.0
-            self._until[signature] = until
-            heapq.heappush(self._expiry, (until, signature))
-            return None
+_Seen = SeenSignatures  # the name the tests know
 
 
 def _role(request: Request) -> Role | None:
@@ -215,7 +200,9 @@ def make_router(service: AgentService, guards: Guards) -> APIRouter:
     settings = service.settings
     hosts = {h.strip().lower() for h in settings.slack_response_hosts.split(",") if h.strip()}
     roles = slack_roles(settings.slack_user_roles)
-    seen = _Seen(SLACK_WINDOW_S, SLACK_SEEN_MAX)
+    # On disk only when Slack is on; a record that cannot be read is a ConfigError here.
+    record = Path(settings.data_dir) / SEEN_FILE if settings.slack_signing_secret else None
+    seen = SeenSignatures(SLACK_WINDOW_S, SLACK_SEEN_MAX, path=record)
 
     @router.post("/v1/chatops", dependencies=[guards("operator")])
     async def chatops(body: ChatRequest, request: Request) -> JSONResponse:
@@ -234,35 +221,60 @@ def make_router(service: AgentService, guards: Guards) -> APIRouter:
 
     @router.post("/v1/slack/command", dependencies=[guards("slack")])
     async def slack_command(request: Request) -> JSONResponse:
-        if not settings.slack_signing_secret:
+        secret = settings.slack_signing_secret
+        if not secret:
             return JSONResponse({"error": "the Slack endpoint is off: set "
                                  "AIOPS_SLACK_SIGNING_SECRET"}, status_code=404)
-        body = await request.body()
-        if len(body) > SLACK_MAX_BODY:
-            return JSONResponse({"error": "slash command body over 8 KiB"}, status_code=413)
-        verifier = SignatureVerifier(settings.slack_signing_secret)
+        # The headers first: nothing of the body is read for a request that cannot be valid.
         stamp = request.headers.get("x-slack-request-timestamp", "")
-        if not stamp.isdigit() or not verifier.is_valid(
-                body, stamp, request.headers.get("x-slack-signature", "")):
-            return JSONResponse({"error": "invalid or expired Slack signature"},
-                                status_code=401)
-        wait = seen.use(request.headers.get("x-slack-signature", ""), int(stamp))
+        if not _SLACK_STAMP.fullmatch(stamp):
+            return _unauthorized("X-Slack-Request-Timestamp is not a Unix time in seconds")
+        if abs(time.time() - int(stamp)) > SLACK_WINDOW_S:
+            return _unauthorized("the Slack request timestamp is more than five minutes "
+                                 "from now")
+        signature = request.headers.get("x-slack-signature", "")
+        if not _SLACK_SIGNATURE.fullmatch(signature):
+            return _unauthorized("invalid or expired Slack signature")
+        body = await _read_capped(request, SLACK_MAX_BODY)
+        if isinstance(body, JSONResponse):
+            return body
+        # Over the raw bytes, as Slack signs them; the body is decoded only once it holds.
+        mac = hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256)
+        if not hmac.compare_digest(f"v0={mac.hexdigest()}".encode(), signature.encode()):
+            return _unauthorized("invalid or expired Slack signature")
+        try:  # on disk before the request is accepted (fsync: a thread, not the event loop)
+            wait = await run_in_threadpool(seen.use, signature, int(stamp))
+        except OSError as exc:
+            log.error("cannot record a Slack signature: %s", exc)
+            return JSONResponse({"error": "cannot record the Slack request; retry"},
+                                status_code=503, headers={"Retry-After": "5"})
         if wait == 0:
-            return JSONResponse({"error": "replayed request"}, status_code=401)
+            return _unauthorized("replayed request")
         if wait is not None:
             return JSONResponse({"error": "too many Slack requests in five minutes; retry"},
                                 status_code=503,
                                 headers={"Retry-After": str(math.ceil(wait))})
-        form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+        try:
+            fields = parse_qs(body.decode("utf-8"), max_num_fields=SLACK_MAX_FIELDS)
+        except UnicodeDecodeError:
+            return JSONResponse({"error": "body is not UTF-8 form data"}, status_code=400)
+        except ValueError:  # more fields than a slash command has
+            return JSONResponse({"error": f"body has more than {SLACK_MAX_FIELDS} form "
+                                 "fields"}, status_code=400)
+        form = {k: v[0] for k, v in fields.items()}
         text = form.get("text", "").strip()[:2000]
         url = form.get("response_url", "")
         # The user id decides (a display name is anyone's to choose); unmapped: viewer.
         user_id = form.get("user_id", "")
         user = user_id if _SLACK_USER_ID.match(user_id) else "unknown"
         role = roles.get(user, Role.VIEWER)
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or (parts.hostname or "").lower() not in hosts:
-            return JSONResponse({"error": f"response_url host {parts.hostname!r} is not "
+        try:
+            parts = urlsplit(url)
+            scheme, host = parts.scheme, parts.hostname
+        except ValueError:  # "http://[::1" is no URL
+            scheme, host = "", None
+        if scheme not in ("http", "https") or (host or "").lower() not in hosts:
+            return JSONResponse({"error": f"response_url host {host!r} is not "
                                  "allowed (AIOPS_SLACK_RESPONSE_HOSTS)"}, status_code=400)
         if not text:
             text = "help"
@@ -272,6 +284,36 @@ def make_router(service: AgentService, guards: Guards) -> APIRouter:
                              "text": f"Looking into: {text}"})
 
     return router
+
+
+def _unauthorized(message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=401)
+
+
+async def _read_capped(request: Request, cap: int) -> bytes | JSONResponse:
+    """The body, read as it streams in and no further than ``cap`` bytes: past it, 413 (and
+    the connection closes: the rest is never read)."""
+    close = {"connection": "close"}
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not _CONTENT_LENGTH.fullmatch(declared):
+            return JSONResponse({"error": "bad Content-Length"}, status_code=400,
+                                headers=close)
+        if int(declared) > cap:
+            return JSONResponse({"error": f"slash command body over {cap // 1024} KiB"},
+                                status_code=413, headers=close)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                return JSONResponse({"error": f"slash command body over {cap // 1024} KiB"},
+                                    status_code=413, headers=close)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        return JSONResponse({"error": "the client went away"}, status_code=400, headers=close)
+    return b"".join(chunks)
 
 
 def _follow_up(service: AgentService, text: str, actor: str, role: Role, url: str) -> None:
@@ -289,6 +331,6 @@ def _follow_up(service: AgentService, text: str, actor: str, role: Role, url: st
         message = {"response_type": "ephemeral", "text": f"Sorry, that failed: {exc}"}
     try:
         httpx.post(url, json=message, timeout=10).raise_for_status()
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
         log.warning("cannot post the answer to %s: %s", url, exc)
     log.info("slack answer for %s in %.1f s", actor, time.monotonic() - started)

@@ -14,7 +14,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from aiops.config import Settings
-from aiops.errors import AIOpsError, StackError
+from aiops.errors import AIOpsError
 
 __all__ = ["ask", "evaluate", "render"]
 
@@ -32,19 +32,16 @@ def ask(
     """Ask the agent about the running stack (incidents, causes, evidence; it may propose
     actions, which the remediation policy decides)."""
     from aiops.client import ServerClient
-    from aiops.lifecycle import admin_token
 
     settings: Settings = ctx.obj
     if not question.strip():
         err_console.print("[red]error:[/red] the question is empty")
         raise typer.Exit(2)
     try:
-        token: str | None = admin_token(settings)
-    except StackError:
-        token = None  # not the stack's operator: may ask, not act
-    try:
+        # AIOPS_TOKEN, else the admin token where this machine has it, else none (may ask,
+        # not act): the client's own token, never the admin token behind AIOPS_TOKEN's back.
         with ServerClient.of(settings) as client:
-            answer = client.ask(question, user, token)
+            answer = client.ask(question, user)
     except AIOpsError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import hashlib
 import ipaddress
 import json
@@ -57,6 +58,9 @@ TOKENS_FILE = "tokens.json"
 CREDENTIALS_DIR = "credentials"
 # The stack's own ingest sources; ``serve`` alone may write provenance.
 STACK_SOURCES = {"serve": True, "ebpf": False}
+# The service names a stack source may write as (none: any; Serve's are the models').
+EBPF_SERVICE = "aiops-ebpf"
+STACK_SERVICES: dict[str, tuple[str, ...]] = {"ebpf": (EBPF_SERVICE,)}
 MIN_TOKEN_CHARS = 16
 MAX_TOKEN_CHARS = 512
 
@@ -94,6 +98,12 @@ class Principal:
     role: Role | None = None
     ingest: bool = False
     provenance: bool = False
+    # Glob patterns of the ``service.name`` an ingest token may write rows as (empty: any).
+    services: tuple[str, ...] = ()
+
+    def may_write_as(self, service: str | None) -> bool:
+        return not self.services or any(fnmatch.fnmatchcase(service or "", p)
+                                        for p in self.services)
 
     def allows(self, access: Access) -> bool:
         if access == "public":
@@ -187,7 +197,8 @@ def ensure_credential(data_dir: Path, name: str, role: Role | None,
     that reads it from there (Prometheus, Grafana, a collector), made and registered on first
     use; ``role=None`` makes an ingest token."""
     token = ensure_secret(data_dir / CREDENTIALS_DIR / f"{name}.token")
-    TokenStore(data_dir / TOKENS_FILE).put(name, token, role=role, provenance=provenance)
+    TokenStore(data_dir / TOKENS_FILE).put(name, token, role=role, provenance=provenance,
+                                           services=STACK_SERVICES.get(name, ()))
     return token
 
 
@@ -233,8 +244,12 @@ class TokenStore:
         if found is None:
             return None
         role = Role.parse(found["role"]) if found.get("role") else None
+        services = found.get("services")
         return Principal(str(found["name"]), role, ingest=role is None,
-                         provenance=role is None and bool(found.get("provenance")))
+                         provenance=role is None and bool(found.get("provenance")),
+                         # An odd binding (not a list of names) binds to nothing: fail closed.
+                         services=() if services is None else tuple(
+                             str(p) for p in services) if isinstance(services, list) else ("",))
 
     @contextlib.contextmanager
     def _editing(self) -> Iterator[list[dict[str, Any]]]:
@@ -251,31 +266,41 @@ class TokenStore:
         finally:
             os.close(fd)  # releases the lock
 
-    def add(self, name: str, role: Role | None, provenance: bool = False) -> str:
-        """Make a new token called ``name``; return it (only its digest is kept)."""
+    def add(self, name: str, role: Role | None, provenance: bool = False,
+            services: tuple[str, ...] = ()) -> str:
+        """Make a new token called ``name``; return it (only its digest is kept).
+        ``services``: for an ingest token, the service names it may write as (globs)."""
         token = f"aiops_{secrets.token_urlsafe(32)}"
         with self._editing() as entries:
             if any(e.get("name") == name for e in entries):
                 raise ValueError(f"a token called {name!r} exists: revoke it first")
-            self._put(entries, name, token, role, provenance)
+            self._put(entries, name, token, role, provenance, services)
         return token
 
-    def put(self, name: str, token: str, role: Role | None, provenance: bool = False) -> None:
+    def put(self, name: str, token: str, role: Role | None, provenance: bool = False,
+            services: tuple[str, ...] = ()) -> None:
         """Register ``token`` as ``name`` (replacing an entry of that name)."""
         with self._editing() as entries:
-            self._put(entries, name, token, role, provenance)
+            self._put(entries, name, token, role, provenance, services)
 
     def _put(self, entries: list[dict[str, Any]], name: str, token: str, role: Role | None,
-             provenance: bool) -> None:
+             provenance: bool, services: tuple[str, ...] = ()) -> None:
         if not name or len(name) > 64 or not all(c.isalnum() or c in "._-" for c in name):
             raise ValueError(f"token name {name!r}: 1-64 letters, digits, '.', '_' or '-'")
-        entry = {"name": name, "role": role.label if role else None,
-                 "provenance": bool(provenance), "sha256": _digest(token),
-                 "created": datetime.now(UTC).isoformat(timespec="seconds")}
+        if services and role is not None:
+            raise ValueError("only an ingest token is bound to services")
+        if any(not p or len(p) > 200 for p in services):
+            raise ValueError("a service pattern is 1-200 characters")
+        entry: dict[str, Any] = {"name": name, "role": role.label if role else None,
+                                 "provenance": bool(provenance), "sha256": _digest(token),
+                                 "created": datetime.now(UTC).isoformat(timespec="seconds")}
+        if services:
+            entry["services"] = list(services)
         current = next((e for e in entries if e.get("name") == name), None)
         if current is not None and current.get("sha256") == entry["sha256"] \
                 and current.get("role") == entry["role"] \
-                and current.get("provenance") == entry["provenance"]:
+                and current.get("provenance") == entry["provenance"] \
+                and current.get("services") == entry.get("services"):
             return
         self._write([*(e for e in entries if e.get("name") != name), entry])
 

@@ -73,11 +73,14 @@ def server(ctx: typer.Context) -> None:
     import uvicorn
 
     from aiops.auth import ADMIN_TOKEN_FILE, ensure_secret
+    from aiops.fileperms import private_umask
     from aiops.logs import configure_json_logging
     from aiops.server.app import create_app
+    from aiops.server.connections import uvicorn_config
     from aiops.server.limits import limit_memory
     from aiops.store import Store
     from aiops.tls import server_ssl_options
+    from aiops.witness import from_settings
 
     settings = _settings(ctx)
     configure_json_logging(settings.log_level)
@@ -86,20 +89,24 @@ def server(ctx: typer.Context) -> None:
     except AIOpsError as exc:
         raise _fail(exc, 2) from exc
     limit_memory(settings.server_memory_mb)
+    # Everything this process creates is private from the start: the database and the WAL
+    # DuckDB re-creates after each checkpoint, spill files, anchors, archive, tokens.
+    private_umask()
     try:
         store = Store(settings.db_path, memory_limit_mb=settings.duckdb_memory_mb,
-                      trace_index=settings.store_trace_index)
+                      trace_index=settings.store_trace_index, witness=from_settings(settings))
+        store.witness_heads()
         if not settings.admin_token:
             ensure_secret(settings.data_dir / ADMIN_TOKEN_FILE)
     except (AIOpsError, OSError) as exc:
         raise _fail(AIOpsError(str(exc))) from exc
     try:
-        uvicorn.run(create_app(settings, store), host=settings.server_host,
-                    port=settings.server_port, log_level=settings.log_level.lower(),
-                    access_log=False, log_config=None,
-                    # In-flight requests get 5 s after SIGTERM; then the queries still running
-                    # are interrupted as the store closes (a query never holds shutdown).
-                    timeout_graceful_shutdown=5, **ssl_options)
+        uvicorn.Server(uvicorn_config(
+            create_app(settings, store), settings, log_level=settings.log_level.lower(),
+            access_log=False, log_config=None,
+            # In-flight requests get 5 s after SIGTERM; then the queries still running
+            # are interrupted as the store closes (a query never holds shutdown).
+            timeout_graceful_shutdown=5, **ssl_options)).run()
     finally:
         store.close()
 
@@ -256,12 +263,12 @@ def actions(
 
 def _decide(ctx: typer.Context, action_id: str, approve: bool, user: str) -> None:
     from aiops.client import ServerClient
-    from aiops.lifecycle import admin_token
 
-    settings = _settings(ctx)
+    # The client's token: AIOPS_TOKEN when set (an operator's gets the server's 403), else the
+    # admin token where this machine has it; never the admin token behind AIOPS_TOKEN's back.
     try:
-        with ServerClient.of(settings) as client:
-            result = client.decide(action_id, approve, admin_token(settings), user)
+        with ServerClient.of(_settings(ctx)) as client:
+            result = client.decide(action_id, approve, user=user)
     except AIOpsError as exc:
         raise _fail(exc) from exc
     console.print(f"{result['action_id']}: {result['status']} ({result['description']})")
@@ -318,14 +325,10 @@ def demo(
 @config_app.command("show")
 def config_show(ctx: typer.Context) -> None:
     """Print the effective configuration; secrets (``SECRET_SETTINGS``) show only whether
-    they are set."""
-    from aiops.config import SECRET_SETTINGS
+    they are set, and credentials inside URLs (``user:pass@``, ``?token=``) are ``***``."""
+    from aiops.config import redacted_settings
 
-    shown = json.loads(_settings(ctx).model_dump_json())
-    for name in SECRET_SETTINGS & shown.keys():
-        if shown[name]:
-            shown[name] = "*** (set, redacted)"
-    typer.echo(json.dumps(shown, indent=2))
+    typer.echo(json.dumps(redacted_settings(_settings(ctx)), indent=2))
 
 
 @config_app.command("docs")
@@ -380,17 +383,25 @@ def ledger_verify(
     table: Annotated[str, typer.Option(help="Chained table.")] = "provenance",
     offline: Annotated[bool, typer.Option(
         help="Open the DuckDB file directly (the server must be stopped).")] = False,
+    witness: Annotated[Path | None, typer.Option(
+        help="With --offline: check against this copy of the ledger witness instead of "
+        "`ledger_witness_file`.")] = None,
 ) -> None:
     """Recompute a hash chain; exit 1 and say where if an entry was modified, deleted,
-    inserted or reordered, or the tail was cut off."""
+    inserted or reordered, the tail was cut off, or the chain differs from a head the
+    ledger witness recorded."""
     from aiops.ledger import verify_table
+    from aiops.witness import Witness, from_settings
 
     settings = _settings(ctx)
+    if witness is not None and not offline:
+        raise _fail(AIOpsError("--witness needs --offline (the server checks its own)"), 2)
     try:
         if offline:
             from aiops.store import Store
 
-            store = Store(settings.db_path)
+            store = Store(settings.db_path, witness=Witness(witness.absolute()) if witness
+                          else from_settings(settings))
             try:
                 report = verify_table(store, table)
             finally:
@@ -411,9 +422,16 @@ def ledger_verify(
                 raise AIOpsError(report.get("error", resp.text))
     except (AIOpsError, ValueError) as exc:
         raise _fail(AIOpsError(str(exc))) from exc
+    witnessed = report.get("witness")
     if report["ok"]:
         console.print(f"OK: {report['entries']} entries in {table}, chain intact"
-                      + ("" if report["anchored"] else " (no anchor file found)"))
+                      + ("" if report["anchored"] else " (no anchor file found)")
+                      + (f"; {witnessed['heads']} witnessed heads match, the last at seq "
+                         f"{witnessed['last_seq']}" if witnessed else ""))
+        if not witnessed:
+            console.print("no ledger witness is configured: whoever can write the data "
+                          "directory could rewrite entries and recompute the chain and its "
+                          "anchor undetected (ledger_witness_file, docs/security.md)")
         return
     err_console.print(f"[red]TAMPERED[/red]: {table} ({report['entries']} entries)")
     for problem in report["problems"]:

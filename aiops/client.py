@@ -11,7 +11,7 @@ from aiops.config import Settings
 from aiops.errors import AIOpsError, StackError
 from aiops.tls import client_verify
 
-__all__ = ["QueryFailed", "ServerClient", "client_token", "error_message"]
+__all__ = ["NotAuthorized", "QueryFailed", "ServerClient", "client_token", "error_message"]
 
 
 def error_message(resp: httpx.Response) -> str:
@@ -26,25 +26,45 @@ def error_message(resp: httpx.Response) -> str:
 
 
 def client_token(settings: Settings) -> str | None:
-    """The token aiops' own clients send: ``AIOPS_TOKEN``, else the admin token's file."""
+    """The token aiops' own clients send: ``AIOPS_TOKEN`` when set (whatever else this machine
+    holds: it is never swapped for the admin token), else the admin token (``AIOPS_ADMIN_TOKEN``,
+    else its file in the data dir), else none."""
+    return _token_and_source(settings)[0]
+
+
+def _token_and_source(settings: Settings) -> tuple[str | None, str]:
+    """``client_token`` and where it came from, for error messages (never the token)."""
     if settings.token:
-        return settings.token
-    from aiops.lifecycle import admin_token  # the lifecycle client imports this module
+        return settings.token, "AIOPS_TOKEN"
+    if settings.admin_token:
+        return settings.admin_token, "AIOPS_ADMIN_TOKEN"
+    from aiops.lifecycle import ADMIN_TOKEN_FILE, admin_token  # it imports this module
 
     try:
-        return admin_token(settings)
+        return admin_token(settings), f"the admin token in {settings.data_dir / ADMIN_TOKEN_FILE}"
     except StackError:
-        return None
+        return None, ("no token (set AIOPS_TOKEN, or AIOPS_ADMIN_TOKEN, or run where `aiops "
+                      "up` wrote the admin token)")
+
+
+def _bearer(token: str | None) -> dict[str, str]:
+    """A request's own ``Authorization`` header, overriding the client's; none: the client's."""
+    return {"authorization": f"Bearer {token}"} if token else {}
 
 
 class QueryFailed(AIOpsError):
     """The server refused or failed a query; the message is the server's."""
 
 
+class NotAuthorized(QueryFailed):
+    """The server refused the token this client sent (401) or its role (403)."""
+
+
 class ServerClient:
     def __init__(self, base_url: str, transport: httpx.BaseTransport | None = None,
                  timeout_s: float = 30.0, verify: ssl.SSLContext | bool = True,
-                 token: str | None = None) -> None:
+                 token: str | None = None, token_source: str | None = None) -> None:
+        self._token_source = token_source or ("the token given" if token else "no token")
         self._http = httpx.Client(
             base_url=base_url, transport=transport, timeout=timeout_s, verify=verify,
             headers={"authorization": f"Bearer {token}"} if token else None)
@@ -53,8 +73,9 @@ class ServerClient:
     def of(cls, settings: Settings, timeout_s: float = 30.0) -> ServerClient:
         """A client of the server these settings describe (its URL, TLS trust and token:
         ``AIOPS_TOKEN``, else the admin token where this machine has it, else none)."""
+        token, source = _token_and_source(settings)
         return cls(settings.server_url, timeout_s=timeout_s, verify=client_verify(settings),
-                   token=client_token(settings))
+                   token=token, token_source=source)
 
     def sql(self, query: str, params: list[Any] | None = None,
             limit: int | None = None) -> dict[str, Any]:
@@ -73,6 +94,9 @@ class ServerClient:
         except httpx.HTTPError as exc:
             raise StackError(f"cannot reach the aiops server at {self._http.base_url}: {exc}") \
                 from exc
+        if resp.status_code in (401, 403) and resp.status_code not in ok:
+            raise NotAuthorized(f"HTTP {resp.status_code}: {error_message(resp)} "
+                                f"(sent: {self._token_source})")
         if resp.status_code not in ok:
             raise QueryFailed(f"HTTP {resp.status_code}: {error_message(resp)}")
         result: dict[str, Any] = resp.json()
@@ -99,32 +123,37 @@ class ServerClient:
             "/api/v1/actions", {"status": status} if status else None)["actions"]
         return found
 
-    def decide(self, action_id: str, approve: bool, token: str, user: str) -> dict[str, Any]:
-        """Approve or deny a pending action (needs the admin token)."""
+    def decide(self, action_id: str, approve: bool, token: str | None = None,
+               user: str = "cli") -> dict[str, Any]:
+        """Approve or deny a pending action with this client's token, or ``token`` (which
+        overrides it); the server wants the admin role, and answers another's with 403
+        (``NotAuthorized``)."""
         verdict = "approve" if approve else "deny"
-        return self._request("POST", f"/api/v1/actions/{action_id}/{verdict}", headers={
-            "authorization": f"Bearer {token}", "x-aiops-user": user})
+        return self._request("POST", f"/api/v1/actions/{action_id}/{verdict}",
+                             headers={**_bearer(token), "x-aiops-user": user})
 
-    def rollout(self, model: str, version: str, token: str, steps: list[int] | None = None,
-                step_s: float | None = None) -> dict[str, Any]:
-        """Start a progressive canary (needs the admin token); its state, 202."""
+    def rollout(self, model: str, version: str, token: str | None = None,
+                steps: list[int] | None = None, step_s: float | None = None
+                ) -> dict[str, Any]:
+        """Start a progressive canary with this client's token, or ``token`` (the server
+        wants the admin role); its state, 202."""
         body: dict[str, Any] = {"model": model, "version": version}
         if steps:
             body["steps"] = steps
         if step_s:
             body["step_s"] = step_s
-        return self._request("POST", "/api/v1/rollouts", json=body,
-                             headers={"authorization": f"Bearer {token}"}, ok=(202,))
+        return self._request("POST", "/api/v1/rollouts", json=body, headers=_bearer(token),
+                             ok=(202,))
 
     def rollouts(self, rollout_id: str | None = None) -> dict[str, Any]:
         return self._get(f"/api/v1/rollouts/{rollout_id}" if rollout_id else "/api/v1/rollouts")
 
     def ask(self, question: str, user: str = "cli", token: str | None = None,
             timeout_s: float = 180.0) -> dict[str, Any]:
-        """A chat-ops question; with the admin token the agent may propose actions."""
-        headers = {"authorization": f"Bearer {token}"} if token else {}
+        """A chat-ops question with this client's token (or ``token``, which overrides it);
+        an operator's or admin's may propose actions."""
         return self._request("POST", "/v1/chatops", json={"question": question, "user": user},
-                             headers=headers, timeout=timeout_s)
+                             headers=_bearer(token), timeout=timeout_s)
 
     def close(self) -> None:
         self._http.close()

@@ -9,11 +9,20 @@ that it is current.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,7 +33,7 @@ from pydantic_settings import (
 from aiops.errors import ConfigError
 
 __all__ = ["CONFIG_FILE_ENV", "ENV_PREFIX", "AttachTarget", "Settings", "load_settings",
-           "settings_reference"]
+           "redact_url_secrets", "redacted_settings", "settings_reference"]
 
 ENV_PREFIX = "AIOPS_"
 CONFIG_FILE_ENV = "AIOPS_CONFIG"
@@ -77,6 +86,14 @@ class Settings(BaseSettings):
     db_file: str = Field(
         "telemetry.duckdb", description="DuckDB file name, relative to `data_dir`."
     )
+    ledger_witness_file: Path | None = Field(
+        None, description="File outside `data_dir` that the server appends each new head of "
+        "the hash-chained tables (ledger, provenance) to, one JSON line each; `aiops ledger "
+        "verify` checks the chain against every head in it, so an entry rewritten with its "
+        "chain and anchor recomputed is still found. Make it a file the aiops process can "
+        "only append to (`chattr +a` by root, or forwarded by another user's log shipper; "
+        "docs/security.md). Empty: off, and whoever can write `data_dir` can rewrite the "
+        "ledger undetected.")
 
     # The aiops server.
     server_host: str = Field("127.0.0.1", description="Address the aiops server binds.")
@@ -142,6 +159,23 @@ class Settings(BaseSettings):
     ingest_read_timeout_s: float = Field(
         10.0, gt=0, description="Longest time to receive one OTLP request body; a slower "
         "upload gets HTTP 408 and its budget back.")
+    server_allowed_hosts: str = Field(
+        "", description="Comma-separated names the `Host` header of a request may carry "
+        "(`*`: any). Empty: while the server binds loopback, the loopback names and this "
+        "machine's name (a DNS-rebinding page is refused); bound beyond loopback, any.")
+    server_header_timeout_s: float = Field(
+        10.0, gt=0, le=300, description="Longest time a connection may take to send a "
+        "request's headers (the first request's, and each next one's); then it is closed.")
+    server_max_connections_per_client: int = Field(
+        256, ge=1, description="Connections one client address may hold open at once; past "
+        "it a new one gets 503 and is closed.")
+    server_max_connections: int = Field(
+        4096, ge=16, description="Connections and requests in flight in all; past it new "
+        "requests get a retryable 503.")
+    sql_max_memory_mb: int = Field(
+        1024, ge=16, description="Memory one read-only SQL query may add to the server "
+        "(resident, sampled every 20 ms); past it the query is interrupted (HTTP 413). "
+        "`server_memory_mb` stays the hard cap for allocations between two samples.")
     anonymous_on_loopback: bool = Field(
         True, description="While the server binds only a loopback address, a request "
         "without a token is a viewer and may export telemetry (never provenance). Beyond "
@@ -323,6 +357,23 @@ class Settings(BaseSettings):
                                  f"({exc.strerror or exc})") from exc
         return self
 
+    @field_validator("ledger_witness_file", mode="before")
+    @classmethod
+    def _empty_is_off(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _witness_outside_data_dir(self) -> Settings:
+        """A witness that the data directory holds is rewritten with it."""
+        witness = self.ledger_witness_file
+        if witness is not None:
+            data = self.data_dir.expanduser().resolve()
+            if data in (witness.expanduser().resolve(), *witness.expanduser().resolve().parents):
+                raise ValueError(f"ledger_witness_file ({witness}) must be outside data_dir "
+                                 f"({self.data_dir}): whoever can write data_dir could "
+                                 "rewrite it together with the ledger")
+        return self
+
     @model_validator(mode="after")
     def _token_lengths(self) -> Settings:
         """A configured token is a secret only if it cannot be guessed."""
@@ -419,3 +470,49 @@ def settings_reference() -> str:
 # named like a token, key, secret or password is here or is known not to be one.
 SECRET_SETTINGS: frozenset[str] = frozenset({
     "admin_token", "api_keys", "token", "agent_llm_api_key", "slack_signing_secret"})
+
+REDACTED = "***"
+# A URL's ``scheme://userinfo@``: a password (``user:pass@``) or a bare token (``token@``).
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/?#@\s]*?)"
+                           r"(?::(?P<password>[^/?#@\s]*))?@")
+# ``name=value`` in a URL's query or fragment whose name says it is a secret.
+_SECRET_PARAM = re.compile(
+    r"(?P<lead>[?&;#](?:[^=&;#\s,]*?)(?:token|key|secret|passw|pwd|auth|signature|sig|"
+    r"credential|session|code)[^=&;#\s,]*=)(?P<value>[^&;#\s,]+)", re.IGNORECASE)
+
+
+def redact_url_secrets(text: str) -> str:
+    """``text`` with the credentials inside any URL in it replaced by ``***``: the password
+    of ``user:password@host`` (a bare ``token@host`` entirely) and the value of a query or
+    fragment parameter named like a secret (``?token=``, ``api_key=``, ``X-Amz-Signature=``)."""
+    if "://" not in text:
+        return text
+
+    def userinfo(m: re.Match[str]) -> str:
+        if m.group("password") is None:
+            return f"{m.group('scheme')}{REDACTED}@"
+        return f"{m.group('scheme')}{m.group('user')}:{REDACTED}@"
+
+    return _SECRET_PARAM.sub(lambda m: f"{m.group('lead')}{REDACTED}",
+                             _URL_USERINFO.sub(userinfo, text))
+
+
+def redacted_settings(settings: Settings) -> dict[str, Any]:
+    """The settings as JSON-ready values, safe to print or log: each of ``SECRET_SETTINGS``
+    shows only whether it is set, and credentials inside URLs in any other string (nested in
+    lists and tables too, e.g. ``attach``) are replaced by ``***``."""
+    shown: dict[str, Any] = json.loads(settings.model_dump_json())
+    for name in SECRET_SETTINGS & shown.keys():
+        if shown[name]:
+            shown[name] = f"{REDACTED} (set, redacted)"
+    return {name: _redact(value) for name, value in shown.items()}
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_url_secrets(value)
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _redact(v) for k, v in value.items()}
+    return value

@@ -8,12 +8,18 @@ longer matches), a modified column (every column other than seq, entry, prev_has
 filled from the entry's key of the same name, so each must still equal what the hashed entry
 says), a deleted, inserted or reordered one (the sequence or the links break), a truncated tail
 (the anchor is ahead of the table).
+
+The anchor lives beside the database, so whoever can write the data directory can rewrite an
+entry, recompute the chain and the anchor, and this file alone would call it intact. With a
+witness (``aiops.witness``, setting ``ledger_witness_file``) every head the server wrote is
+also on append-only storage elsewhere, and ``verify_table`` checks the chain against each.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,8 +66,14 @@ class Anchor:
     path: Path
 
     def write(self, seq: int, hash_: str) -> None:
+        """Replace the anchor (written whole to a temporary file first); 0600 from the start."""
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"seq": seq, "hash": hash_}))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # a leftover temporary file keeps its old mode otherwise
+            os.write(fd, json.dumps({"seq": seq, "hash": hash_}).encode())
+        finally:
+            os.close(fd)
         tmp.replace(self.path)
 
     def read(self) -> tuple[int, str] | None:
@@ -112,13 +124,18 @@ def _column_problems(seq: int, entry_json: str, columns: Sequence[Column],
 
 
 def verify_chain(rows: Iterable[Sequence[Any]], anchor: tuple[int, str] | None = None,
-                 columns: Sequence[Column] = ()) -> list[ChainProblem]:
+                 columns: Sequence[Column] = (),
+                 witnessed: Iterable[tuple[int, str, str]] = ()) -> list[ChainProblem]:
     """Check rows ``(seq, entry_json, prev_hash, hash, *values)`` in stored order (by seq),
     where ``values`` are those of ``columns`` (timestamps as integer ns), each of which must
-    equal the entry's key of the same name."""
+    equal the entry's key of the same name; and against ``witnessed`` heads ``(seq, hash,
+    time)`` in rising seq: the entry at each witnessed seq must have that hash."""
     problems: list[ChainProblem] = []
     expected_seq, prev = 1, GENESIS
     last_seq, last_hash = 0, GENESIS
+    heads = iter(witnessed)
+    head = next(heads, None)
+    differing: list[int] = []
     for row in rows:
         seq, entry_json, prev_hash, hash_ = row[:4]
         if seq != expected_seq:
@@ -137,8 +154,26 @@ def verify_chain(rows: Iterable[Sequence[Any]], anchor: tuple[int, str] | None =
         elif columns:
             # Only an entry its hash vouches for can vouch for the columns.
             problems.extend(_column_problems(seq, entry_json, columns, row[4:]))
+        while head is not None and head[0] <= seq:
+            # A witnessed seq below this row's is a gap, reported above as missing.
+            if head[0] == seq and head[1] != hash_:
+                if not differing:
+                    problems.append(ChainProblem(
+                        seq, "modified", f"the chain up to here differs from the head "
+                        f"witnessed at {head[2]}: an entry at or before it was rewritten and "
+                        "the chain recomputed"))
+                differing.append(seq)
+            head = next(heads, None)
         expected_seq, prev = seq + 1, hash_
         last_seq, last_hash = seq, hash_
+    if len(differing) > 1:
+        problems.append(ChainProblem(differing[-1], "modified",
+                                     f"{len(differing) - 1} later witnessed heads differ too"))
+    if head is not None:
+        *_, head = (head, *heads)
+        problems.append(ChainProblem(last_seq + 1, "truncated",
+                                     f"the witness recorded seq {head[0]} at {head[2]}, the "
+                                     f"table ends at {last_seq}"))
     if anchor is not None:
         head_seq, head_hash = anchor
         if head_seq > last_seq:
@@ -155,7 +190,9 @@ CHAINED_TABLES = ("provenance", "ledger")
 
 
 def verify_table(store: Any, table_name: str) -> dict[str, Any]:
-    """Verify a hash-chained table of a ``Store`` against its anchor; a report dict."""
+    """Verify a hash-chained table of a ``Store`` against its anchor and, when the store has
+    one, its witness; a report dict (``witness``: None when there is none, else how many
+    heads it holds for the table and the last one's seq)."""
     if table_name not in CHAINED_TABLES:
         raise ValueError(f"{table_name!r} is not a hash-chained table ({CHAINED_TABLES})")
     columns = entry_columns(table_name)
@@ -164,6 +201,9 @@ def verify_table(store: Any, table_name: str) -> dict[str, Any]:
     rows = store.iter_rows(f"SELECT {selected} FROM {table_name} ORDER BY seq")
     anchor = store.anchor(table_name)
     head = anchor.read() if anchor is not None else None
+    # Before the rows are read: a head witnessed later may be of a row committed later.
+    witness = getattr(store, "witness", None)
+    reading = witness.reading(table_name) if witness is not None else None
     count = 0
 
     def counted() -> Iterable[Sequence[Any]]:
@@ -172,6 +212,16 @@ def verify_table(store: Any, table_name: str) -> dict[str, Any]:
             count += 1
             yield r
 
-    problems = verify_chain(counted(), head, columns)
+    problems = [str(p) for p in verify_chain(counted(), head, columns,
+                                             reading if reading is not None else ())]
+    if reading is None:
+        return {"table": table_name, "entries": count, "anchored": head is not None,
+                "ok": not problems, "problems": problems, "witness": None}
+    problems += [f"witness: {p}" for p in reading.problems]
+    if reading.missing and count:
+        problems.append(f"witness: the file does not exist, yet the table has {count} "
+                        "entries (moved, deleted, or configured after they were written "
+                        "and the server not started since)")
     return {"table": table_name, "entries": count, "anchored": head is not None,
-            "ok": not problems, "problems": [str(p) for p in problems]}
+            "ok": not problems, "problems": problems,
+            "witness": {"heads": reading.heads, "last_seq": reading.last_seq}}

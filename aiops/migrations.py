@@ -79,6 +79,13 @@ def _action_history(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute(CURRENT_ACTIONS)
 
 
+def _ingest_credential(conn: duckdb.DuckDBPyConnection) -> None:
+    # Which credential wrote a row; appended last, where a fresh table declares it too.
+    for name in ("spans", "logs", "metric_points"):
+        conn.execute(f"DROP VIEW IF EXISTS {name}_all")  # recreated when the store opens
+        conn.execute(f"ALTER TABLE {name} ADD COLUMN IF NOT EXISTS ingest_credential VARCHAR")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create telemetry tables", _create_tables),
     Migration(2, "provenance hash chain", _provenance),
@@ -87,6 +94,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "eBPF samples are metric points", _drop_ebpf_samples),
     Migration(6, "incident history (updated_at) and incidents_current", _incident_history),
     Migration(7, "action history (updated_at) and actions_current", _action_history),
+    Migration(8, "ingest_credential on telemetry rows", _ingest_credential),
 )
 
 

@@ -148,7 +148,6 @@ def models_rollout(
     import time
 
     from aiops.client import ServerClient
-    from aiops.lifecycle import admin_token
 
     settings = _settings(ctx)
     try:
@@ -157,7 +156,7 @@ def models_rollout(
         raise _fail(AIOpsError(f"--steps looks like 5,25,50,100, got {steps!r}"), 2) from exc
     try:
         with ServerClient.of(settings) as client:
-            state = client.rollout(model, version, admin_token(settings), parsed, step_s)
+            state = client.rollout(model, version, steps=parsed, step_s=step_s)
             console.print(f"{state['rollout_id']}: {model} {version} vs {state['stable']}, "
                           f"steps {state['steps']}")
             seen = 0

@@ -77,6 +77,10 @@ class Column:
     nullable: bool = True
 
 
+# Columns the server fills, never a sender: which credential exported the row.
+SERVER_SET = frozenset({"ingest_credential"})
+
+
 @dataclass(frozen=True)
 class Table:
     name: str
@@ -92,6 +96,12 @@ class Table:
         return pa.schema(
             [pa.field(c.name, c.kind.arrow, nullable=c.nullable) for c in self.columns]
         )
+
+    @property
+    def wire(self) -> Table:
+        """The columns a sender's record fills (every one but those the server sets)."""
+        return Table(self.name, self.doc,
+                     tuple(c for c in self.columns if c.name not in SERVER_SET))
 
     def ddl(self) -> str:
         cols = ",\n  ".join(
@@ -131,6 +141,8 @@ SPANS = Table(
         _c("events", Kind.JSON, "List of {time, name, attributes}."),
         _c("links", Kind.JSON, "List of {trace_id, span_id, trace_state, attributes}."),
         _c("dropped_attributes_count", Kind.BIGINT, "Attributes the sender dropped."),
+        _c("ingest_credential", Kind.VARCHAR, "Name of the credential that exported the row "
+           "(a token's name, `anonymous`); NULL for rows the server wrote itself."),
     ),
 )
 
@@ -149,6 +161,8 @@ LOGS = Table(
         *_RESOURCE,
         _c("attributes", Kind.JSON, "Log attributes (e.g. inference_id)."),
         _c("flags", Kind.BIGINT, "W3C trace flags."),
+        _c("ingest_credential", Kind.VARCHAR, "Name of the credential that exported the row "
+           "(a token's name, `anonymous`); NULL for rows the server wrote itself."),
     ),
 )
 
@@ -176,6 +190,8 @@ METRIC_POINTS = Table(
         _c("exemplars", Kind.JSON, "Exemplars [{time, value, trace_id, span_id}]."),
         *_RESOURCE,
         _c("attributes", Kind.JSON, "Point attributes (labels)."),
+        _c("ingest_credential", Kind.VARCHAR, "Name of the credential that exported the row "
+           "(a token's name, `anonymous`); NULL for rows the server wrote itself."),
     ),
 )
 

@@ -5,7 +5,10 @@ The read path does not trust this check alone: every such query also runs in a D
 the statement turned out to be (see ``Store.query_untrusted``). This module narrows what a
 statement may *read*: only one SELECT (``EXPLAIN`` of one, ``DESCRIBE``, ``SUMMARIZE``), over
 the store's own tables and views and its CTEs, calling only table functions that generate
-values, and no function that reads files, settings or the environment or changes state.
+values, and no function that reads files, settings or the environment or changes state. A
+statement that writes is refused wherever it sits, also as the body of a CTE (DuckDB accepts
+``WITH x AS (DELETE FROM t RETURNING *) SELECT * FROM x``, and ``COPY ... TO`` there writes a
+file, which the read-only transaction does not stop).
 
 The statement is parsed by DuckDB itself (``json_serialize_sql``, which serialises SELECT
 statements only), and its whole syntax tree is walked: a file path used as a table name, a
@@ -22,7 +25,8 @@ from typing import Any
 
 from aiops.errors import QueryRejected
 
-__all__ = ["ALLOWED_TABLE_FUNCTIONS", "DENIED_FUNCTIONS", "Catalog", "check"]
+__all__ = ["ALLOWED_TABLE_FUNCTIONS", "DENIED_FUNCTIONS", "READ_QUERY_NODES", "Catalog",
+           "check"]
 
 # Table functions that only generate values from their arguments.
 ALLOWED_TABLE_FUNCTIONS = frozenset({
@@ -36,6 +40,12 @@ DENIED_FUNCTIONS = frozenset({
     "disable_logging", "truncate_duckdb_logs", "set_variable",
 })
 DENIED_PREFIXES = ("read_", "duckdb_", "pragma_", "parquet_", "iceberg_", "delta_")
+# The query nodes a read consists of. DuckDB's parser also accepts INSERT, UPDATE, DELETE and
+# COPY TO as the body of a CTE (``WITH x AS (DELETE ... RETURNING *) SELECT ...``, serialised
+# as ``DELETE_QUERY_NODE`` and so on); any node type not listed here is refused, so a kind of
+# node a later DuckDB adds is refused too until it is looked at.
+READ_QUERY_NODES = frozenset({
+    "SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"})
 # Schemas other than ``main`` a query may read: the standard catalog description only.
 READABLE_SCHEMAS = frozenset({"information_schema"})
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -97,6 +107,12 @@ def _cte_names(node: dict[str, Any]) -> Iterator[str]:
 
 def _check_node(node: dict[str, Any], ctes: set[str], catalog: Catalog) -> None:
     kind, cls = node.get("type"), node.get("class")
+    if isinstance(kind, str) and kind.endswith("_NODE") and kind not in READ_QUERY_NODES:
+        verb = kind.removesuffix("_NODE").removesuffix("_QUERY").replace("_", " ")
+        raise QueryRejected(f"{verb} is not allowed here, also not inside a WITH clause or "
+                            "subquery: this path only reads")
+    if node.get("info_type") == "COPY_INFO":
+        raise QueryRejected("COPY is not allowed here, also not inside a WITH clause")
     if kind == "TABLE_FUNCTION":
         fn = node.get("function") or {}
         name = str(fn.get("function_name", "")).lower()

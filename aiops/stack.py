@@ -24,6 +24,7 @@ import httpx
 
 from aiops.config import ENV_PREFIX, Settings
 from aiops.errors import StackError
+from aiops.fileperms import private_dir
 from aiops.tls import client_verify
 
 # Written by the Serve driver (serve.runner) once its application runs; only the name is shared.
@@ -142,7 +143,7 @@ def up(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> 
     from serve.specs import DEFAULT_SPECS_FILE, load_specs
 
     load_specs(settings.models_file or DEFAULT_SPECS_FILE)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)  # 0700 when made here (aiops.fileperms)
     started: list[Component] = []
     try:
         progress(f"starting aiops server on {settings.server_url}")

@@ -30,9 +30,12 @@ from aiops.errors import (
     SchemaMismatch,
     StoreError,
 )
-from aiops.ledger import GENESIS, Anchor, canonical, link
+from aiops.fileperms import private_dir, private_file
+from aiops.ledger import CHAINED_TABLES, GENESIS, Anchor, canonical, link
 from aiops.migrations import apply_migrations
+from aiops.querywatch import QueryWatch
 from aiops.schema import Table, table
+from aiops.witness import Witness
 
 __all__ = ["TIME_SERIES_TABLES", "TRACE_INDEX", "QueryResult", "Store"]
 
@@ -52,15 +55,17 @@ class QueryResult:
 
 
 class Store:
-    """Owns one DuckDB database; ``path=None`` gives an in-memory database."""
+    """Owns one DuckDB database; ``path=None`` gives an in-memory database. Its files are
+    private (``aiops.fileperms``); ``witness`` gets each new head of a hash-chained table."""
 
     def __init__(self, path: Path | None, memory_limit_mb: int | None = None,
-                 trace_index: bool | None = None) -> None:
+                 trace_index: bool | None = None, witness: Witness | None = None) -> None:
         self.path = path
+        self.witness = witness
         # Hash-chained tables: their head (seq, hash), and an anchor file beside the database.
         self._heads: dict[str, tuple[int, str]] = {}
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(path.parent)
         try:
             self._conn = duckdb.connect(str(path) if path else ":memory:")
         except duckdb.Error as exc:
@@ -80,7 +85,9 @@ class Store:
         # retention, and nothing may switch that back on.
         self.archive_dir = (path.parent / "archive") if path is not None else None
         if self.archive_dir is not None:
-            self.archive_dir.mkdir(parents=True, exist_ok=True)
+            self.archive_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for archived in (self.archive_dir, *self.archive_dir.rglob("*")):
+                private_file(archived)  # ours, also those from before files were private
             self._conn.execute("SET allowed_directories = [?]", [str(self.archive_dir)])
         # DuckDB sizes its thread pool from the machine; respect the CPUs this process may
         # actually use (taskset, cgroup cpusets), or its threads contend for them.
@@ -93,6 +100,7 @@ class Store:
         self._conn.execute("SET enable_external_access = false")
         self._conn.execute("SET lock_configuration = true")
         self._refresh_archive_views()
+        self._private_files()
 
     def _trace_index(self, on: bool) -> None:
         """An ART index on spans.trace_id (setting ``store_trace_index``): a trace of any age
@@ -143,12 +151,44 @@ class Store:
                 raise StoreError(f"append failed: {exc}") from exc
             finally:
                 cur.close()
+            self._private_files()  # DuckDB makes the WAL anew after each checkpoint
             for name, head in new_heads.items():
                 self._heads[name] = head
                 anchor = self.anchor(name)
                 if anchor is not None:
                     anchor.write(*head)
+                self._witness(name, *head)
         return sum(b.num_rows for _, b in prepared)
+
+    def _private_files(self) -> None:
+        """The database and its WAL made 0600 (``aiops server``'s umask makes them so from
+        the start; this covers other processes)."""
+        if self.path is not None:
+            private_file(self.path)
+            private_file(self.path.with_name(self.path.name + ".wal"))
+
+    def _witness(self, name: str, seq: int, hash_: str) -> None:
+        if self.witness is None:
+            return
+        try:
+            self.witness.append(name, seq, hash_)
+        except OSError as exc:  # committed: the next head witnessed covers these entries too
+            log.error("cannot append the head of %s (seq %d) to the ledger witness %s: %s",
+                      name, seq, self.witness.path, exc.strerror or exc)
+
+    def witness_heads(self) -> None:
+        """Witness the head of each chained table the witness has no head of yet (turned on
+        for an existing ledger). Tables it has heads of are left alone: a ledger changed
+        while the server was stopped is not vouched for."""
+        witness = self.witness
+        try:
+            fresh = [n for n in CHAINED_TABLES if witness is not None and self._head(n)[0]
+                     and witness.last_seq(n) is None]
+        except OSError as exc:
+            log.error("cannot read the ledger witness: %s", exc)
+            return
+        for name in fresh:
+            self._witness(name, *self._head(name))
 
     # -- retention -------------------------------------------------------------------------
 
@@ -164,7 +204,7 @@ class Store:
         if self.archive_dir is None:
             raise StoreError("an in-memory store has no archive")
         folder = self.archive_dir / t.name
-        folder.mkdir(exist_ok=True)
+        folder.mkdir(mode=0o700, exist_ok=True)
         with self._write_lock:
             self._drop_unrecorded(folder)
             cur = self._cursor()
@@ -177,6 +217,7 @@ class Store:
                 path = folder / f"{t.name}-until-{cutoff_ns}.parquet"
                 cur.execute(f"COPY (SELECT * FROM {t.name} WHERE {where} ORDER BY {column}) "
                             f"TO '{path}' (FORMAT parquet, COMPRESSION zstd)", [cutoff_ns])
+                private_file(path)
                 cur.execute("BEGIN TRANSACTION")
                 cur.execute(f"DELETE FROM {t.name} WHERE {where}", [cutoff_ns])
                 cur.execute("INSERT INTO retention_runs VALUES (?, make_timestamp_ns(?), ?, ?, "
@@ -189,6 +230,7 @@ class Store:
             finally:
                 cur.close()
             self._refresh_archive_views()
+            self._private_files()
         log.info("archived %d rows of %s older than %d", n, t.name, cutoff_ns)
         return int(n)
 
@@ -258,18 +300,19 @@ class Store:
 
     def query_untrusted(
         self, sql: str, params: list[Any] | None, limit: int, timeout_s: float,
-        max_bytes: int,
+        max_bytes: int, max_memory_bytes: int | None = None,
     ) -> QueryResult:
         """Run SQL from outside the process (HTTP API, Grafana, the agent) so that it cannot
         change anything: ``sqlguard`` admits one SELECT over the store's tables with no file,
         settings or state-changing function, and the statement runs in a ``READ ONLY``
         transaction, so DuckDB itself refuses any write whatever the check missed. It is
         interrupted after ``timeout_s`` (QueryTimeout) and stopped once its rows pass
-        ``max_bytes`` (ResultTooLarge); either way its cursor and thread are released.
+        ``max_bytes`` (ResultTooLarge), or once the process grew by ``max_memory_bytes``
+        while it ran (``aiops.querywatch``; ResultTooLarge); its cursor and thread are
+        released whatever happens.
         """
         cur = self._cursor()
-        timer = threading.Timer(timeout_s, cur.interrupt)
-        timer.start()
+        watch = QueryWatch(cur.interrupt, timeout_s, max_memory_bytes).__enter__()
         try:
             count = len(cur.extract_statements(sql))
             if count != 1:
@@ -290,13 +333,22 @@ class Store:
                                          "rows or columns, or aggregate")
                 rows.extend(chunk)
         except duckdb.InterruptException as exc:
+            if watch.reason == "memory":
+                raise ResultTooLarge(_TOO_MUCH_MEMORY.format(
+                    mib=f"its {(max_memory_bytes or 0) >> 20} MiB")) from exc
             raise self._interrupted(timeout_s) from exc
+        except duckdb.OutOfMemoryException as exc:
+            # Past the process's data cap: this query alone fails, and (the allocator does
+            # not retain, see aiops/__init__.py) its memory goes back.
+            raise ResultTooLarge(_TOO_MUCH_MEMORY.format(mib="the server's share")) from exc
         except duckdb.TransactionException as exc:
             raise QueryRejected(f"this query would write: {exc}") from exc
         except duckdb.Error as exc:
             raise StoreError(f"query failed: {exc}") from exc
+        except MemoryError as exc:  # the rows, as Python objects, past the data cap
+            raise ResultTooLarge(_TOO_MUCH_MEMORY.format(mib="the server's share")) from exc
         finally:
-            timer.cancel()
+            watch.__exit__()
             with contextlib.suppress(duckdb.Error):
                 cur.execute("ROLLBACK")
             cur.close()
@@ -401,6 +453,10 @@ class Store:
         kind = statements[0].type
         if kind not in _READ_TYPES:
             raise QueryRejected(f"only SELECT queries are allowed here, not {kind.name}")
+
+
+_TOO_MUCH_MEMORY = ("the query needed more than {mib} of memory: select fewer rows or "
+                    "smaller values, or aggregate")
 
 
 def _approx_bytes(value: Any) -> int:

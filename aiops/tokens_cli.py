@@ -31,11 +31,14 @@ def _store(ctx: typer.Context) -> TokenStore:
 def add(ctx: typer.Context,
         name: Annotated[str, typer.Argument(help="Who holds it, e.g. grafana.")],
         role: Annotated[str, typer.Option(help="viewer, operator, admin or ingest.")] = "viewer",
+        service: Annotated[list[str] | None, typer.Option(
+            help="Ingest only: a service.name (glob) its rows may carry; repeat for more. "
+            "Rows as any other service are left out.")] = None,
         ) -> None:
     """Make a token and print it (only now: it is stored hashed)."""
     try:
         parsed = None if role.strip().lower() == "ingest" else Role.parse(role)
-        token = _store(ctx).add(name, parsed)
+        token = _store(ctx).add(name, parsed, services=tuple(service or ()))
     except (ValueError, AuthError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
@@ -45,7 +48,7 @@ def add(ctx: typer.Context,
 @app.command("list")
 def list_tokens(ctx: typer.Context) -> None:
     """Names, roles and creation times (never the tokens)."""
-    table = Table("name", "role", "provenance", "created")
+    table = Table("name", "role", "provenance", "services", "created")
     try:
         entries = _store(ctx).entries()
     except AuthError as exc:
@@ -53,7 +56,9 @@ def list_tokens(ctx: typer.Context) -> None:
         raise typer.Exit(1) from exc
     for e in entries:
         table.add_row(str(e.get("name")), str(e.get("role") or "ingest"),
-                      "yes" if e.get("provenance") else "", str(e.get("created", "")))
+                      "yes" if e.get("provenance") else "",
+                      ", ".join(map(str, e.get("services") or [])) or "any",
+                      str(e.get("created", "")))
     console.print(table)
 
 

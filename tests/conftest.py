@@ -45,7 +45,7 @@ def server(settings: Settings) -> Iterator[RunningServer]:
     """The aiops server app in a real uvicorn on a loopback port, in a thread."""
     store = Store(settings.db_path)
     try:
-        with serving(create_app(settings, store), settings.server_port):
+        with serving(create_app(settings, store), settings.server_port, settings):
             yield RunningServer(settings.server_url, store, settings)
     finally:
         store.close()

@@ -11,14 +11,21 @@ import uvicorn
 from fastapi import FastAPI
 
 from aiops.bench.common import free_port
+from aiops.config import Settings
+from aiops.server.connections import uvicorn_config
 
 
 @contextmanager
-def serving(app: FastAPI, port: int | None = None) -> Iterator[str]:
-    """The app's base URL while it runs (on ``port``, else a free one)."""
+def serving(app: FastAPI, port: int | None = None,
+            settings: Settings | None = None) -> Iterator[str]:
+    """The app's base URL while it runs (on ``port``, else a free one); with ``settings``,
+    as `aiops server` runs it (its connection limits)."""
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", access_log=False))
+    config = uvicorn_config(app, settings.model_copy(update={"server_port": port}),
+                            log_level="warning", access_log=False) if settings else \
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                       access_log=False)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

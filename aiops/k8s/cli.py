@@ -23,10 +23,14 @@ err_console = Console(stderr=True)
 
 @app.command()
 def render(
-    credentials: Annotated[Path, typer.Option(
+    credentials: Annotated[Path | None, typer.Option(
         help="Directory of the deployment's credentials (admin token, ingest tokens, OpenAI "
         "API key): generated there by the first render (`aiops credentials init`), reused by "
-        "later ones. Keep it, and the output, private.")],
+        "later ones, and rendered as the Secret aiops-credentials. Keep it, and the output, "
+        "private. Required unless --no-secret.")] = None,
+    secret: Annotated[bool, typer.Option(
+        help="Render the Secret aiops-credentials from --credentials; --no-secret leaves it "
+        "out (create it yourself, docs/deploy.md) and the output holds no secret.")] = True,
     models: Annotated[Path | None, typer.Option(
         help="Model spec file (default: the packaged one).")] = None,
     image: Annotated[str, typer.Option(help="Image of every aiops container (pinned).")
@@ -34,18 +38,34 @@ def render(
     namespace: Annotated[str, typer.Option(help="Namespace of every object.")] = "aiops",
     worker_cpus: Annotated[int, typer.Option(help="CPUs per Ray worker pod.")] = 4,
     ebpf: Annotated[bool, typer.Option(help="Include the eBPF collector DaemonSet.")] = True,
+    ray_auth: Annotated[bool, typer.Option(
+        help="Ray token authentication (RayService authOptions; KubeRay 1.5.1 or newer). "
+        "--no-ray-auth for older operators: the NetworkPolicies still fence Ray.")] = True,
+    kuberay_namespace: Annotated[str | None, typer.Option(
+        help="Namespace of the KubeRay operator, the only client the Ray dashboard admits "
+        "(default: an operator pod in any namespace).")] = None,
+    serve_from: Annotated[list[str] | None, typer.Option(
+        help="CIDR allowed to reach the OpenAI endpoints (port 8000), repeatable; default: "
+        "every source (the API key guards them).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
 ) -> None:
-    """The credentials Secret, the RayService (from the model specs), the aiops server and the
-    eBPF DaemonSet as YAML. The output holds secrets (the Secret, the API key in the
-    RayService): --out writes it mode 0600."""
+    """The credentials Secret, NetworkPolicies, the RayService (from the model specs), the
+    aiops server and the eBPF DaemonSet as YAML. Only the Secret holds secrets (--out writes
+    the file mode 0600); with --no-secret nothing does."""
     from aiops.k8s.render import RenderOptions, render_yaml
     from serve.specs import DEFAULT_SPECS_FILE
 
+    if secret and credentials is None:
+        err_console.print("[red]error:[/red] --credentials DIR is required to render the "
+                          "Secret (or --no-secret, with the Secret created beforehand)")
+        raise typer.Exit(2)
     try:
-        text = render_yaml(models or DEFAULT_SPECS_FILE, credentials,
+        text = render_yaml(models or DEFAULT_SPECS_FILE, credentials if secret else None,
                            RenderOptions(image=image, namespace=namespace,
-                                         worker_cpus=worker_cpus, ebpf=ebpf))
+                                         worker_cpus=worker_cpus, ebpf=ebpf,
+                                         ray_auth=ray_auth,
+                                         operator_namespace=kuberay_namespace,
+                                         serve_from=tuple(serve_from or ())))
     except AIOpsError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
@@ -59,7 +79,7 @@ def render(
         os.fchmod(fd, 0o600)  # an existing file too
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        console.print(f"wrote {out} (it holds secrets: mode 0600)")
+        console.print(f"wrote {out}" + (" (it holds the Secret: mode 0600)" if secret else ""))
 
 
 @app.command()
@@ -68,22 +88,27 @@ def lint(
     allow_privileged: Annotated[list[str] | None, typer.Option(
         help="Kind/name allowed to run privileged (default: DaemonSet/aiops-ebpf).")] = None,
 ) -> None:
-    """Check probes, resources, pinned images, privilege and the RayService schema; print
-    each finding with its path and exit 1 when there is any."""
+    """Check probes, resources, pinned images, privilege, the RayService schema, secrets in
+    clear and the NetworkPolicies fencing Ray (the files are linted as one set: a policy in
+    one fences the pods of another); print each finding with its path and exit 1 when there
+    is any."""
     import yaml
 
-    from aiops.k8s.lint import DEFAULT_PRIVILEGED
-    from aiops.k8s.lint import lint as lint_text
+    from aiops.k8s.lint import DEFAULT_PRIVILEGED, lint_documents
 
     allowed = frozenset(allow_privileged) if allow_privileged else DEFAULT_PRIVILEGED
-    total = 0
+    parsed: list[tuple[Path, list[object]]] = []
     for f in files:
         try:
             text = sys.stdin.read() if str(f) == "-" else f.read_text()
-            findings = lint_text(text, allowed)
+            parsed.append((f, list(yaml.safe_load_all(text))))
         except (OSError, yaml.YAMLError) as exc:
             err_console.print(f"[red]error:[/red] {escape(str(f))}: {escape(str(exc))}")
             raise typer.Exit(2) from exc
+    every = [doc for _, docs in parsed for doc in docs]
+    total = 0
+    for f, docs in parsed:
+        findings = lint_documents(docs, allowed, context=every)
         for finding in findings:
             typer.echo(f"{f}: {finding}")
         total += len(findings)

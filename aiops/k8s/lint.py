@@ -9,7 +9,11 @@ and KubeRay's RayService / RayCluster head and worker groups):
 - ``privilege``: no privileged container, privilege escalation, added capabilities, host
   PID/network/IPC or hostPath volume, except in the workloads allowed to (by default the eBPF
   collector's DaemonSet, which cannot load BPF programs otherwise);
-- ``schema``: a RayService validates against KubeRay's CRD schema (``rayservice-v1-schema``).
+- ``schema``: a RayService validates against KubeRay's CRD schema (``rayservice-v1-schema``);
+- ``secrets``: no secret value in clear outside a Secret (env values, flags, annotations,
+  ConfigMaps, a RayService's ``serveConfigV2``);
+- ``network``: a NetworkPolicy fences every Ray pod, and none opens Ray's ports to everyone
+  (both in ``aiops.k8s.lint_security``).
 
 A path reads like ``spec.template.spec.containers[0].resources.limits``.
 """
@@ -24,6 +28,8 @@ from typing import Any
 
 import jsonschema
 import yaml
+
+from aiops.k8s.lint_security import network_issues, secret_issues
 
 __all__ = ["DEFAULT_PRIVILEGED", "Finding", "lint", "lint_documents", "rayservice_schema"]
 
@@ -54,22 +60,29 @@ def rayservice_schema() -> dict[str, Any]:
     return schema
 
 
-def lint(text: str, privileged: Iterable[str] = DEFAULT_PRIVILEGED) -> list[Finding]:
+def lint(text: str, privileged: Iterable[str] = DEFAULT_PRIVILEGED,
+         context: list[Any] | None = None) -> list[Finding]:
     """Findings for a YAML stream of manifests (``kind: List`` included)."""
-    return lint_documents(list(yaml.safe_load_all(text)), privileged)
+    return lint_documents(list(yaml.safe_load_all(text)), privileged, context)
 
 
-def lint_documents(docs: list[Any], privileged: Iterable[str] = DEFAULT_PRIVILEGED
-                   ) -> list[Finding]:
+def lint_documents(docs: list[Any], privileged: Iterable[str] = DEFAULT_PRIVILEGED,
+                   context: list[Any] | None = None) -> list[Finding]:
+    """Findings for ``docs``; ``context`` adds documents applied with them (other files) that
+    rules across objects consider (the NetworkPolicies) but that are not reported on."""
     allowed = frozenset(privileged)
     findings: list[Finding] = []
-    for doc in _flatten(docs):
+    docs = list(_flatten(docs))
+    policies = [d for d in [*docs, *_flatten(context or [])] if d.get("kind") == "NetworkPolicy"]
+    for doc in docs:
         resource = f"{doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
         if doc.get("kind") == "RayService":
             findings += _schema_findings(resource, doc)
         for path, template in _pod_templates(doc):
             findings += _pod_findings(resource, path, template, resource in allowed)
-    return sorted(findings)
+        findings += [Finding(*issue) for issue in secret_issues(resource, doc)]
+        findings += [Finding(*issue) for issue in network_issues(resource, doc, policies)]
+    return sorted(set(findings))
 
 
 def _flatten(docs: list[Any]) -> Iterator[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """Kubernetes manifests for aiops: a KubeRay ``RayService`` built from the model specs, the aiops
-server (Deployment, Service, PersistentVolumeClaim, the spec file as a ConfigMap) and the eBPF
-collector (a privileged DaemonSet, the one privileged workload).
+server (Deployment, Service, PersistentVolumeClaim, the spec file as a ConfigMap), the eBPF
+collector (a privileged DaemonSet, the one privileged workload) and the NetworkPolicies that
+fence them (``aiops.k8s.network``).
 
 The Serve configuration inside the RayService is ``serve.app.deploy_config``, the very document
 ``aiops up`` deploys, so a model spec means the same thing on a laptop and in a cluster. What
@@ -8,15 +9,18 @@ differs: KubeRay deploys it (no Serve driver), so the lifecycle control plane, v
 and the ``aiops.serve.replicas`` gauges of ``serve.runner`` are absent, and a version change is
 an edit of the spec file, ``aiops k8s render`` and ``kubectl apply``.
 
-Nothing is unauthenticated and no secret is hard-coded: the Secret ``aiops-credentials`` carries
-the admin token, the Serve and eBPF ingest tokens and the OpenAI endpoints' API key, taken
-from a credentials directory that ``aiops credentials init`` fills on the first render and
-that later renders reuse (``StackCredentials.load``). The server's init container adopts them
-into its data volume (``aiops credentials init --from``, which registers the tokens); the eBPF
-collector mounts only its own ingest token where it reads it (``<data_dir>/credentials/``).
-Serve applications take their configuration from their args only, so the API key and the
-``serve`` ingest token are in ``serveConfigV2`` too: the rendered file and the RayService
-object are secrets, to be kept (and RBAC-guarded) like the Secret.
+Nothing is unauthenticated and no secret is hard-coded or written outside a Secret: the Secret
+``aiops-credentials`` carries the admin token, the Serve and eBPF ingest tokens and the OpenAI
+endpoints' API key, taken from a credentials directory that ``aiops credentials init`` fills on
+the first render and that later renders reuse (``StackCredentials.load``); rendered without
+credentials, the Secret is left out and must exist. Every pod gets only its own keys, mounted
+as files or referenced (``secretKeyRef``): the server's init container adopts them all into its
+data volume (``aiops credentials init --from``, which registers the tokens); the eBPF collector
+mounts its ingest token where it reads it (``<data_dir>/credentials/``); the Ray pods mount the
+``serve`` token and the API key, and ``serveConfigV2`` names those files, read by the builders
+of ``aiops.k8s.serve_apps`` (the RayService holds no secret). Ray's own token authentication
+(``authOptions``, KubeRay 1.5.1+) guards the GCS, dashboard and client ports with a token the
+operator generates and keeps in a Secret of its own.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any, ClassVar
 
 import yaml
 
+from aiops.k8s.network import component_labels, network_policies, ray_pod_labels
 from serve.specs import ModelSpec
 
 __all__ = ["RenderOptions", "StackCredentials", "render", "render_yaml", "to_yaml"]
@@ -43,6 +48,9 @@ AIOPS_UID = 10001
 # Ports: the aiops server (OTLP's standard), Serve's proxy, Ray's metrics export (KubeRay's
 # default, exposed by the head service KubeRay creates as <name>-head-svc).
 SERVER_PORT, SERVE_PORT, RAY_METRICS_PORT = 4318, 8000, 8080
+RAY_DASHBOARD_PORT = 8265
+# What the Ray pods mount from the Secret: the replicas' ingest token and the API key.
+RAY_CREDENTIALS = ("serve.token", "openai-api.key")
 # Ray's health endpoints (dashboard agent on every node, GCS through the head's dashboard):
 # the checks KubeRay itself injects, written with Python because the image has no wget.
 _RAYLET = "http://localhost:52365/api/local_raylet_healthz"
@@ -63,6 +71,12 @@ class RenderOptions:
     server_memory: str = "4Gi"
     data_size: str = "20Gi"
     ebpf: bool = True
+    # Ray's token authentication through KubeRay's authOptions (KubeRay 1.5.1 or newer).
+    ray_auth: bool = True
+    # Namespace of the KubeRay operator, the one client of the Ray dashboard; None: any.
+    operator_namespace: str | None = None
+    # CIDRs allowed to reach Serve's port besides the server; empty: every source.
+    serve_from: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,9 +145,7 @@ def _resources(cpus: int | str, memory: str) -> dict[str, Any]:
 
 
 def _meta(name: str, o: RenderOptions, component: str) -> dict[str, Any]:
-    return {"name": name, "namespace": o.namespace,
-            "labels": {"app.kubernetes.io/name": "aiops",
-                       "app.kubernetes.io/component": component}}
+    return {"name": name, "namespace": o.namespace, "labels": component_labels(component)}
 
 
 def _env(values: dict[str, str]) -> list[dict[str, str]]:
@@ -164,21 +176,21 @@ def secret(credentials: StackCredentials, o: RenderOptions) -> dict[str, Any]:
             "type": "Opaque", "stringData": credentials.secret_data()}
 
 
-def serve_config(specs: list[ModelSpec], o: RenderOptions,
-                 credentials: StackCredentials) -> dict[str, Any]:
+def serve_config(specs: list[ModelSpec], o: RenderOptions) -> dict[str, Any]:
     """The Serve deploy document for the cluster: ``deploy_config`` with telemetry sent to
-    the aiops server's Service with the ``serve`` ingest token, the proxy listening on every
-    node and the OpenAI endpoints requiring the API key."""
+    the aiops server's Service, the proxy listening on every node and, by reference to the
+    files the Ray pods mount (``aiops.k8s.serve_apps``), the exporters' ``serve`` ingest token
+    and the OpenAI endpoints' API key."""
+    from aiops.k8s.serve_apps import by_reference
     from serve.app import deploy_config
     from serve.telemetry import TelemetryConfig
 
-    api_keys = [credentials.openai_api_key]
-    telemetry = TelemetryConfig(f"http://{SERVER}.{o.namespace}.svc:{SERVER_PORT}",
-                                token=credentials.serve)
-    config = deploy_config(specs, telemetry, {"api_keys": list(api_keys),
-                                              "max_request_bytes": 20 * 2**20})
+    telemetry = TelemetryConfig(f"http://{SERVER}.{o.namespace}.svc:{SERVER_PORT}")
+    config = deploy_config(specs, telemetry, {"max_request_bytes": 20 * 2**20})
     return {"proxy_location": "EveryNode",
-            "http_options": {"host": "0.0.0.0", "port": SERVE_PORT}, **config}
+            "http_options": {"host": "0.0.0.0", "port": SERVE_PORT},
+            **by_reference(config, f"{SECRET_MOUNT}/serve.token",
+                           f"{SECRET_MOUNT}/openai-api.key")}
 
 
 def _worker_replicas(specs: list[ModelSpec], o: RenderOptions) -> tuple[int, int]:
@@ -189,12 +201,21 @@ def _worker_replicas(specs: list[ModelSpec], o: RenderOptions) -> tuple[int, int
     return max(1, math.ceil(low / o.worker_cpus)), max(1, math.ceil(high / o.worker_cpus))
 
 
-def rayservice(specs: list[ModelSpec], o: RenderOptions,
-               credentials: StackCredentials) -> dict[str, Any]:
+def _ray_pod(component: str, container: dict[str, Any]) -> dict[str, Any]:
+    """A Ray pod template: its labels (the NetworkPolicies select on them) and the Secret's
+    ``RAY_CREDENTIALS`` as files, readable by the image's user through fsGroup."""
+    mount = {"name": "credentials", "mountPath": SECRET_MOUNT, "readOnly": True}
+    return {"metadata": {"labels": ray_pod_labels(RAYSERVICE, component)},
+            "spec": {"securityContext": {"fsGroup": AIOPS_UID},
+                     "containers": [{**container, "volumeMounts": [mount]}],
+                     "volumes": [_credential_volume(list(RAY_CREDENTIALS))]}}
+
+
+def rayservice(specs: list[ModelSpec], o: RenderOptions) -> dict[str, Any]:
     low, high = _worker_replicas(specs, o)
     ports = [{"containerPort": p, "name": n} for n, p in (
-        ("gcs", 6379), ("dashboard", 8265), ("client", 10001), ("serve", SERVE_PORT),
-        ("metrics", RAY_METRICS_PORT))]
+        ("gcs", 6379), ("dashboard", RAY_DASHBOARD_PORT), ("client", 10001),
+        ("serve", SERVE_PORT), ("metrics", RAY_METRICS_PORT))]
     head = {
         "name": "ray-head", "image": o.image, "ports": ports,
         "resources": _resources(o.head_cpus, o.head_memory),
@@ -209,31 +230,39 @@ def rayservice(specs: list[ModelSpec], o: RenderOptions,
         "readinessProbe": _probe(_url_check(_RAYLET, _SERVE), delay=10, period=5,
                                  failures=10),
     }
+    cluster: dict[str, Any] = {
+        "rayVersion": o.ray_version,
+        "enableInTreeAutoscaling": True,
+        "headGroupSpec": {
+            # No replicas on the head: it keeps the GCS, the controller and a proxy. The
+            # dashboard binds every interface because the KubeRay operator deploys
+            # serveConfigV2 and reads Serve's status through it, by the head Service; the
+            # aiops-ray-dashboard NetworkPolicy admits only the operator (and aiops-ray the
+            # cluster's own pods), and Ray's token authentication guards it.
+            "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0",
+                               "metrics-export-port": str(RAY_METRICS_PORT)},
+            "template": _ray_pod("ray-head", head),
+        },
+        "workerGroupSpecs": [{
+            "groupName": "cpu", "replicas": low, "minReplicas": low,
+            "maxReplicas": high,
+            "rayStartParams": {"num-cpus": str(o.worker_cpus),
+                               "metrics-export-port": str(RAY_METRICS_PORT)},
+            "template": _ray_pod("ray-worker", worker),
+        }],
+    }
+    if o.ray_auth:
+        # KubeRay generates the token into a Secret of its own, sets RAY_AUTH_MODE and
+        # RAY_AUTH_TOKEN (from that Secret) on every Ray container and sends the token to
+        # the dashboard itself. Ray's health endpoints, which the probes call, stay open.
+        cluster["authOptions"] = {"mode": "token"}
     return {
         "apiVersion": "ray.io/v1", "kind": "RayService",
         "metadata": _meta(RAYSERVICE, o, "serving"),
         "spec": {
-            "serveConfigV2": yaml.dump(serve_config(specs, o, credentials), Dumper=_Dumper,
+            "serveConfigV2": yaml.dump(serve_config(specs, o), Dumper=_Dumper,
                                        sort_keys=False),
-            "rayClusterConfig": {
-                "rayVersion": o.ray_version,
-                "enableInTreeAutoscaling": True,
-                "headGroupSpec": {
-                    # No replicas on the head: it keeps the GCS, the controller and a proxy.
-                    "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0",
-                                       "metrics-export-port": str(RAY_METRICS_PORT)},
-                    "template": {"metadata": {"labels": _meta("", o, "ray-head")["labels"]},
-                                 "spec": {"containers": [head]}},
-                },
-                "workerGroupSpecs": [{
-                    "groupName": "cpu", "replicas": low, "minReplicas": low,
-                    "maxReplicas": high,
-                    "rayStartParams": {"num-cpus": str(o.worker_cpus),
-                                       "metrics-export-port": str(RAY_METRICS_PORT)},
-                    "template": {"metadata": {"labels": _meta("", o, "ray-worker")["labels"]},
-                                 "spec": {"containers": [worker]}},
-                }],
-            },
+            "rayClusterConfig": cluster,
         },
     }
 
@@ -332,12 +361,23 @@ def ebpf_daemonset(o: RenderOptions) -> dict[str, Any]:
     }
 
 
+def policies(o: RenderOptions) -> list[dict[str, Any]]:
+    return network_policies(
+        o.namespace, RAYSERVICE, server=component_labels("server"), server_port=SERVER_PORT,
+        serve_port=SERVE_PORT, metrics_port=RAY_METRICS_PORT,
+        dashboard_port=RAY_DASHBOARD_PORT,
+        ebpf=component_labels("ebpf") if o.ebpf else None,
+        operator_namespace=o.operator_namespace, serve_from=o.serve_from)
+
+
 def render(specs: list[ModelSpec], specs_text: str, o: RenderOptions | None = None, *,
-           credentials: StackCredentials) -> list[dict[str, Any]]:
-    """Every manifest, in the order ``kubectl apply`` should see them."""
+           credentials: StackCredentials | None) -> list[dict[str, Any]]:
+    """Every manifest, in the order ``kubectl apply`` should see them: the NetworkPolicies
+    before the pods they fence. ``credentials`` None leaves the Secret out (it must exist,
+    made from a credentials directory: docs/deploy.md)."""
     o = o or RenderOptions()
-    docs = [secret(credentials, o), *server_manifests(specs_text, o),
-            rayservice(specs, o, credentials)]
+    docs = [*([secret(credentials, o)] if credentials is not None else []), *policies(o),
+            *server_manifests(specs_text, o), rayservice(specs, o)]
     if o.ebpf:
         docs.append(ebpf_daemonset(o))
     return docs
@@ -347,8 +387,12 @@ def to_yaml(docs: list[dict[str, Any]]) -> str:
     return str(yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False))
 
 
-def render_yaml(specs_file: Path, credentials_dir: Path, o: RenderOptions | None = None) -> str:
+def render_yaml(specs_file: Path, credentials_dir: Path | None,
+                o: RenderOptions | None = None) -> str:
+    """YAML of ``render``; ``credentials_dir`` None: without the Secret."""
     from serve.specs import load_specs
 
+    credentials = (StackCredentials.load(credentials_dir) if credentials_dir is not None
+                   else None)
     return to_yaml(render(load_specs(specs_file), specs_file.read_text(), o,
-                          credentials=StackCredentials.load(credentials_dir)))
+                          credentials=credentials))

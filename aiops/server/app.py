@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,12 +27,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
+    Counter,
     Gauge,
     generate_latest,
 )
 from pydantic import BaseModel, Field, field_validator
 
-from agents.chatops import AgentService
+from agents.chatops import SLACK_MAX_BODY, AgentService
 from agents.chatops import make_router as chatops_router
 from agents.memory import LazyMemory
 from aiops.analytics.engine import (
@@ -56,8 +58,9 @@ from aiops.remediation.remediator import Remediator
 from aiops.remediation.rollout import DEFAULT_STEPS, Rollout
 from aiops.retention import Retention
 from aiops.server.exposition import StoreCollector
+from aiops.server.gate import BodyLimits, Gate, allowed_hosts, route_access_of
 from aiops.server.guard import Guards
-from aiops.server.sql import QueryPool
+from aiops.server.sql import SQL_MAX_BODY, QueryPool
 from aiops.server.sql import make_router as sql_router
 from aiops.store import Store
 from collectors.otlp.receiver import ReceiverMetrics, make_router
@@ -98,7 +101,7 @@ def create_app(settings: Settings, store: Store,
     registry = CollectorRegistry()
     receiver_metrics = ReceiverMetrics.create(registry)
     pool = QueryPool(store, settings.sql_max_concurrent, settings.sql_timeout_s,
-                     settings.sql_max_result_bytes)
+                     settings.sql_max_result_bytes, settings.sql_max_memory_mb * 2**20)
     writer = BatchWriter(store)
     budget = MemoryBudget(settings.ingest_memory_mb * 2**20)
 
@@ -186,6 +189,19 @@ def create_app(settings: Settings, store: Store,
               registry=registry).set_function(lambda: stats.last_round_s)
         Gauge("aiops_analytics_round_max_seconds", "Longest analytics round so far",
               registry=registry).set_function(lambda: stats.max_round_s)
+
+    refused = Counter("aiops_gate_refused", "Requests refused before their body was read, "
+                      "by reason (host, auth, size, slow)", ["reason"], registry=registry)
+    # Outermost: Host, caller and body caps are checked before anything reads the body.
+    # Ingest's own receiver answers its limits in OTLP's format, so the gate's are looser.
+    app.add_middleware(
+        Gate, authenticator=guards.authenticator, access_of=route_access_of(app),
+        limits=BodyLimits(ingest=settings.max_body_bytes + 2**16, by_path=(
+            ("/api/v1/sql", SQL_MAX_BODY), ("/v1/slack/command", SLACK_MAX_BODY))),
+        hosts=allowed_hosts(settings.server_allowed_hosts, settings.server_host,
+                            _machine_names()),
+        deadline_s=settings.ingest_read_timeout_s + 1,
+        on_refused=lambda why: refused.labels(why).inc())
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -346,6 +362,12 @@ def create_app(settings: Settings, store: Store,
         return get_swagger_ui_html(openapi_url="/openapi.json", title="aiops server")
 
     return app
+
+
+def _machine_names() -> tuple[str, ...]:
+    """This machine's own names: a Host header naming them is not a rebinding page's."""
+    name = socket.gethostname().lower()
+    return (name, socket.getfqdn(name).lower()) if name else ()
 
 
 def _embedded(settings: Settings) -> bool:

@@ -31,7 +31,11 @@ from aiops.errors import (
 )
 from aiops.store import QueryResult, Store
 
-__all__ = ["QueryPool", "SqlRequest", "make_router"]
+__all__ = ["SQL_MAX_BODY", "QueryPool", "SqlRequest", "make_router"]
+
+# Largest request body: a statement of 100k characters and its parameters (a list of ids to
+# look up can be long).
+SQL_MAX_BODY = 8 * 2**20
 
 
 class SqlRequest(BaseModel):
@@ -46,8 +50,10 @@ class SqlRequest(BaseModel):
 class QueryPool:
     """Runs untrusted queries on ``slots`` threads of its own; a full pool refuses."""
 
-    def __init__(self, store: Store, slots: int, timeout_s: float, max_bytes: int) -> None:
+    def __init__(self, store: Store, slots: int, timeout_s: float, max_bytes: int,
+                 max_memory_bytes: int | None = None) -> None:
         self.store, self.timeout_s, self.max_bytes = store, timeout_s, max_bytes
+        self.max_memory_bytes = max_memory_bytes
         self._slots = threading.BoundedSemaphore(slots)
         self._executor = ThreadPoolExecutor(slots, thread_name_prefix="sql")
 
@@ -56,7 +62,8 @@ class QueryPool:
             raise QueryBusy("every SQL slot is busy; retry in a moment")
         try:
             future = self._executor.submit(self.store.query_untrusted, sql, params, limit,
-                                           self.timeout_s, self.max_bytes)
+                                           self.timeout_s, self.max_bytes,
+                                           self.max_memory_bytes)
         except RuntimeError as exc:  # shut down
             self._slots.release()
             raise StoreError("the server is shutting down") from exc

@@ -21,12 +21,13 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 )
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
+from aiops.auth import EBPF_SERVICE
 from aiops.schema import NODE_ATTR
 from collectors.ebpf.probes import BOUNDS_S, Measurement
 
 __all__ = ["SCOPE", "SERVICE", "build_request", "send"]
 
-SERVICE = "aiops-ebpf"
+SERVICE = EBPF_SERVICE  # the service its credential is bound to
 SCOPE = "aiops.collectors.ebpf"
 _DELTA = AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
 

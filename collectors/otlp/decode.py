@@ -171,7 +171,7 @@ class _Columns:
     """Column lists for one table, turned into one Arrow table at the end."""
 
     def __init__(self, t: Table) -> None:
-        self.table = t
+        self.table = t = t.wire
         self.data: dict[str, list[Any]] = {name: [] for name in t.column_names}
 
     def add(self, row: dict[str, Any]) -> None:
@@ -400,7 +400,7 @@ def _hex_ids_to_base64(node: Any) -> Any:
 
 
 def _decode_compiled(signal: str, body: bytes) -> Decoded:
-    t = SPANS if signal == "traces" else LOGS
+    t = (SPANS if signal == "traces" else LOGS).wire
     fill = _wire.decode_spans if signal == "traces" else _wire.decode_logs
     try:
         arrays, rejected, first = fill(body, t.arrow_schema)

@@ -36,9 +36,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.requests import ClientDisconnect
 
 from aiops.errors import AIOpsError, DecodeError, PayloadTooLarge, StoreError, UnsupportedMediaType
+from collectors.otlp.credential import stamp
 from collectors.otlp.decode import decode
 from collectors.otlp.provenance import split_provenance
-from collectors.otlp.writer import BatchWriter, MemoryBudget, Overloaded
+from collectors.otlp.writer import BatchWriter, MemoryBudget, Overloaded, Unstorable
 
 __all__ = ["BodyTimeout", "ReceiverMetrics", "make_router"]
 
@@ -66,12 +67,12 @@ class _Charge:
     """What one request holds of the ingest budget: the bytes of its body as they arrive,
     then its decoding working set; all of it goes back with ``release``."""
 
-    def __init__(self, budget: MemoryBudget) -> None:
-        self.budget = budget
+    def __init__(self, budget: MemoryBudget, client: str = "") -> None:
+        self.budget, self.client = budget, client
         self.held = 0
 
     def add(self, n: int) -> None:
-        self.budget.acquire(n, held=self.held)
+        self.budget.acquire(n, held=self.held, client=self.client)
         self.held += n
 
     def grow_to(self, n: int) -> None:
@@ -80,7 +81,7 @@ class _Charge:
 
     def release(self) -> None:
         if self.held:
-            self.budget.release(self.held)
+            self.budget.release(self.held, self.client)
             self.held = 0
 
 
@@ -171,9 +172,11 @@ def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
     async def ingest(signal: str, request: Request) -> Response:
         started = time.perf_counter()
         encoding = "json"
-        charge = _Charge(budget)
         # Set by the auth layer; only the serving stack's credential may write provenance.
         principal = getattr(request.state, "principal", None)
+        # A client is a credential at an address: its share of the budget is bounded.
+        charge = _Charge(budget, f"{getattr(principal, 'name', '?')}@"
+                                 f"{request.client.host if request.client else '?'}")
         try:
             encoding = _encoding(request.headers.get("content-type"))
             raw = await _receive(request, max_body_bytes, charge, read_timeout_s)
@@ -185,14 +188,19 @@ def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
             tables = await run_in_threadpool(decode, signal, body, encoding)
             del body
             rejected, reasons = tables.rejected, [tables.message] if tables.rejected else []
+            unbound, why = stamp(tables, principal)
+            rejected, reasons = rejected + unbound, [*reasons, why] if why else reasons
             chained: dict[str, list[dict[str, Any]]] = {}
             if "logs" in tables:
-                tables["logs"], provenance = split_provenance(tables["logs"])
-                if provenance and (principal is None or not principal.provenance):
-                    rejected += len(provenance)
-                    reasons.append(f"{PROVENANCE_DENIED} ({len(provenance)} left out)")
+                tables["logs"], provenance, bad = split_provenance(tables["logs"])
+                if (provenance or bad) and (principal is None or not principal.provenance):
+                    rejected += len(provenance) + len(bad)
+                    reasons.append(f"{PROVENANCE_DENIED} ({len(provenance) + len(bad)} left "
+                                   "out)")
                 else:
                     chained["provenance"] = provenance
+                    rejected += len(bad)
+                    reasons.extend(bad[:3])
             written = await writer.submit(tables, chained)
         except Overloaded as exc:
             response = _status_response(503, _UNAVAILABLE, str(exc), encoding)
@@ -208,6 +216,8 @@ def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
             response = _status_response(400, _INVALID_ARGUMENT, "client disconnected", encoding)
         except PayloadTooLarge as exc:
             response = _status_response(413, _RESOURCE_EXHAUSTED, str(exc), encoding)
+        except Unstorable as exc:  # this request's rows, not the store: do not retry them
+            response = _status_response(400, _INVALID_ARGUMENT, str(exc), encoding)
         except StoreError as exc:
             log.error("OTLP %s commit failed: %s", signal, exc)
             response = _status_response(503, _UNAVAILABLE, f"store unavailable: {exc}", encoding)

@@ -23,10 +23,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from aiops.errors import AIOpsError
+from aiops.errors import AIOpsError, SchemaMismatch, StoreError
 from aiops.store import Store
 
-__all__ = ["BatchWriter", "MemoryBudget", "Overloaded"]
+__all__ = ["CLIENT_SHARE", "BatchWriter", "MemoryBudget", "Overloaded", "Unstorable"]
 
 log = logging.getLogger(__name__)
 
@@ -35,27 +35,48 @@ class Overloaded(AIOpsError):
     """Ingest is over its memory budget; retry later."""
 
 
+class Unstorable(AIOpsError):
+    """A request's rows cannot be stored as they are (alone, not for want of the store)."""
+
+
+# The most of the budget one client (credential and address) may hold at once: stalled or
+# huge uploads of one client leave the other half to everyone else.
+CLIENT_SHARE = 0.5
+
+
 class MemoryBudget:
-    def __init__(self, limit_bytes: int) -> None:
+    def __init__(self, limit_bytes: int, client_share: float = CLIENT_SHARE) -> None:
         self.limit = limit_bytes
+        self.client_limit = int(limit_bytes * client_share)
         self.used = 0
         self.peak = 0
+        self._by_client: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
 
-    def acquire(self, n: int, held: int = 0) -> None:
-        """Take ``n`` bytes more for a caller that already holds ``held`` of them."""
+    def acquire(self, n: int, held: int = 0, client: str = "") -> None:
+        """Take ``n`` bytes more for a caller (of ``client``) that already holds ``held``."""
         with self._lock:
             # One request alone (holding all that is in use) may always proceed, so a large
             # body is never refused forever.
             if self.used > held and self.used + n > self.limit:
                 raise Overloaded(f"ingest buffers are full ({self.used >> 20} MiB of "
                                  f"{self.limit >> 20} MiB in use); retry later")
+            mine = self._by_client[client]
+            if client and mine > held and mine + n > self.client_limit:
+                raise Overloaded(f"this client holds {mine >> 20} MiB of ingest buffers, "
+                                 f"its share of {self.client_limit >> 20} MiB; retry later")
             self.used += n
+            self._by_client[client] = mine + n
             self.peak = max(self.peak, self.used)
 
-    def release(self, n: int) -> None:
+    def release(self, n: int, client: str = "") -> None:
         with self._lock:
             self.used -= n
+            left = self._by_client[client] - n
+            if left > 0:
+                self._by_client[client] = left
+            else:
+                del self._by_client[client]
 
 
 @dataclass
@@ -121,24 +142,40 @@ class BatchWriter:
             batch = self._take()
             if not batch:
                 return
-            tables: dict[str, list[pa.Table]] = defaultdict(list)
-            chained: dict[str, list[dict[str, Any]]] = defaultdict(list)
-            for p in batch:
-                for name, t in p.tables.items():
-                    if t.num_rows:
-                        tables[name].append(t)
-                for name, entries in p.chained.items():
-                    chained[name].extend(entries)
-            try:
-                self.store.append_many({n: pa.concat_tables(ts) for n, ts in tables.items()},
-                                       dict(chained))
-                self.commits += 1
-                error: BaseException | None = None
-            except Exception as exc:  # noqa: BLE001 - every waiter must get an answer
-                log.error("group commit of %d requests failed: %s", len(batch), exc)
-                error = exc
+            error = self._commit(batch)
+            if error is not None and len(batch) > 1:
+                # One request's rows must not fail the others': each alone, then.
+                log.warning("group commit of %d requests failed (%s); committing each "
+                            "alone", len(batch), error)
+                for p in batch:
+                    p.loop.call_soon_threadsafe(_resolve, p.done, p.rows, self._commit([p]))
+                continue
             for p in batch:
                 p.loop.call_soon_threadsafe(_resolve, p.done, p.rows, error)
+
+    def _commit(self, batch: list[_Pending]) -> BaseException | None:
+        tables: dict[str, list[pa.Table]] = defaultdict(list)
+        chained: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for p in batch:
+            for name, t in p.tables.items():
+                if t.num_rows:
+                    tables[name].append(t)
+            for name, entries in p.chained.items():
+                chained[name].extend(entries)
+        try:
+            self.store.append_many({n: pa.concat_tables(ts) for n, ts in tables.items()},
+                                   dict(chained))
+        except SchemaMismatch as exc:
+            return Unstorable(f"rows do not fit their table: {exc}")
+        except StoreError as exc:  # the store's (disk, engine): retryable
+            log.error("commit of %d requests failed: %s", len(batch), exc)
+            return exc
+        except Exception as exc:  # noqa: BLE001 - every waiter must get an answer
+            # Rows that cannot be converted or linked as they are: the request's, not ours.
+            log.warning("commit of %d requests refused their rows: %s", len(batch), exc)
+            return Unstorable(f"rows cannot be stored: {exc}")
+        self.commits += 1
+        return None
 
     def close(self) -> None:
         """Commit what is queued, then stop."""

@@ -117,7 +117,8 @@ def test_more_questions_than_slots_get_a_retryable_429(settings: Settings,
     try:
         for _ in range(settings.agent_max_concurrent - 1):
             assert service._slots.acquire(blocking=False)
-        r = TestClient(app).post("/v1/chatops", json={"question": QUESTION}, headers=ADMIN)
+        r = TestClient(app, base_url="http://127.0.0.1").post(
+            "/v1/chatops", json={"question": QUESTION}, headers=ADMIN)
     finally:
         for _ in range(settings.agent_max_concurrent):
             service._slots.release()

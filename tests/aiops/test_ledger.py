@@ -43,7 +43,7 @@ def tamper(path: Path, *statements: str) -> dict[str, object]:
 def test_an_intact_chain_verifies(db: Path) -> None:
     report = tamper(db)
     assert report == {"table": "provenance", "entries": 7, "anchored": True, "ok": True,
-                      "problems": []}
+                      "problems": [], "witness": None}
 
 
 def test_a_modified_entry_is_found(db: Path) -> None:
@@ -94,3 +94,20 @@ def test_a_forged_chain_rewritten_end_to_end_still_fails_the_anchor(db: Path) ->
     conn.close()
     report = tamper(db)
     assert report["problems"] == ["seq 7: modified: the last entry differs from the anchored head"]
+
+
+def test_a_witness_reading_stops_where_the_file_ended_when_it_began(tmp_path: Path) -> None:
+    """Verification takes the witness's size before it reads the rows: a head committed and
+    witnessed meanwhile is not compared with rows read before it existed."""
+    from aiops.witness import Witness
+
+    witness = Witness(tmp_path / "w.jsonl")
+    witness.append("provenance", 3, "a" * 64)
+    reading = witness.reading("provenance")
+    witness.append("provenance", 5, "b" * 64)
+    with witness.path.open("a") as f:
+        f.write('{"table": "provenance", "seq": 6')  # a write in flight
+    assert [(seq, h) for seq, h, _ in reading] == [(3, "a" * 64)]
+    later = witness.reading("provenance")
+    assert [seq for seq, _, _ in later] == [3, 5] and later.problems == []
+    assert (later.heads, later.last_seq) == (2, 5)

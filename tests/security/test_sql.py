@@ -1,7 +1,8 @@
 """The read-only SQL API cannot change the store, read outside it or starve the server.
 
-Attacks from issue P11 (items 1, 2 and 9), each against the real server: a ``aiops server``
-process where limits and shutdown matter, the app in a loopback uvicorn otherwise.
+Attacks from issue P11 (items 1, 2, 9, and 11's writes inside a CTE), each against the real
+server: a ``aiops server`` process where limits and shutdown matter, the app in a loopback
+uvicorn otherwise; the allowlist (``aiops.sqlguard``) also on its own.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import httpx
 import pyarrow as pa
 import pytest
 
+from aiops import sqlguard
 from aiops.bench.common import running_server
 from aiops.config import Settings
+from aiops.errors import QueryRejected
 from aiops.store import Store
 from tests.conftest import RunningServer
 
@@ -87,6 +91,60 @@ def test_copy_into_the_archive_folder_cannot_break_the_next_start(
                 f"EXPLAIN ANALYZE COPY (SELECT 'junk') TO '{target}' (FORMAT csv)"):
         assert _sql(seeded.url, sql).status_code == 400
     assert not target.exists()
+
+
+# DuckDB accepts INSERT, UPDATE, DELETE and COPY TO as the body of a CTE; the statement is
+# still a SELECT to extract_statements, so only the allowlist's walk of the tree finds them.
+WRITES_IN_A_QUERY = [
+    "WITH x AS (DELETE FROM spans RETURNING *) SELECT * FROM x",
+    "WITH x AS MATERIALIZED (INSERT INTO spans SELECT * FROM spans RETURNING 1) "
+    "SELECT * FROM x",
+    "WITH x AS (UPDATE spans SET name = 'x' RETURNING *) SELECT count(*) FROM x",
+    "WITH x AS (DELETE FROM spans) SELECT 1",
+    "WITH a AS (SELECT 1), b AS (WITH c AS (DELETE FROM spans RETURNING 1) SELECT * FROM c) "
+    "SELECT * FROM b",
+    "SELECT (WITH x AS (DELETE FROM spans RETURNING 1) SELECT count(*) FROM x)",
+    "SELECT * FROM spans WHERE name IN (WITH x AS (DELETE FROM spans RETURNING name) "
+    "SELECT name FROM x)",
+    "EXPLAIN WITH x AS (DELETE FROM spans RETURNING *) SELECT * FROM x",
+    "SUMMARIZE WITH x AS (DELETE FROM spans RETURNING *) SELECT * FROM x",
+    "WITH x AS (COPY (SELECT 1) TO 'x.csv') SELECT * FROM x",
+]
+
+
+@pytest.mark.parametrize("sql", WRITES_IN_A_QUERY)
+def test_the_allowlist_itself_refuses_a_write_inside_a_query(sql: str) -> None:
+    """Not only the READ ONLY transaction: the check refuses the statement before it runs."""
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE spans (name VARCHAR)")
+    catalog = sqlguard.Catalog(frozenset({"spans"}), frozenset())
+    with pytest.raises(QueryRejected, match="not allowed here"):
+        sqlguard.check(sql, lambda q: str(conn.execute(
+            "SELECT json_serialize_sql(?)", [q]).fetchone()[0]), catalog)  # type: ignore[index]
+
+
+@pytest.mark.parametrize("sql", WRITES_IN_A_QUERY)
+def test_a_write_inside_a_query_is_refused_by_the_server(seeded: RunningServer,
+                                                         sql: str) -> None:
+    r = _sql(seeded.url, sql)
+    assert r.status_code == 400, r.text
+    assert "not allowed here" in r.json()["error"]
+    assert seeded.store.count("spans") == 3
+
+
+def test_copy_inside_a_cte_writes_no_file(seeded: RunningServer) -> None:
+    """COPY ... TO in a CTE writes its file even inside a READ ONLY transaction: into the
+    archive folder (the one place external access reaches) a junk file would break the
+    ``<table>_all`` views at the next start."""
+    archive = seeded.store.archive_dir
+    assert archive is not None
+    target = archive / "spans" / "evil.parquet"
+    target.parent.mkdir(exist_ok=True)  # as after the first retention run
+    for sql in (f"WITH x AS (COPY (SELECT 'junk') TO '{target}' (FORMAT csv)) SELECT * FROM x",
+                f"COPY (SELECT 'junk') TO '{target}' (FORMAT csv)"):
+        r = _sql(seeded.url, sql)
+        assert r.status_code == 400, r.text
+        assert not target.exists()
 
 
 READS_OUTSIDE = [
@@ -212,7 +270,7 @@ def test_a_memory_bomb_fails_alone_and_the_server_lives(tmp_path: Path) -> None:
     under the server's memory cap; the server goes on answering."""
     with running_server(tmp_path, server_memory_mb=2048, analytics=False) as (settings, _):
         r = _sql(settings.server_url, "SELECT length(repeat('x', 4000000000))")
-        assert r.status_code == 400 and "memory" in r.json()["error"].lower(), r.text
+        assert r.status_code == 413 and "memory" in r.json()["error"].lower(), r.text
         assert _sql(settings.server_url, "SELECT 42").json()["rows"] == [[42]]
 
 

@@ -31,6 +31,10 @@ spec:
 """
 C = "spec.template.spec.containers[0]"
 Doc = dict[str, Any]
+# Ingress denied to every pod of the namespace: fences Ray pods for the `network` rule.
+DENY_ALL = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "deny-all"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
 
 
 def _mutated(change: Callable[[Doc, Doc, Doc], None]) -> str:
@@ -103,7 +107,7 @@ def test_ray_pods_are_checked_inside_a_rayservice() -> None:
                       "headGroupSpec": {"template": {"spec": {"containers": [container]}}},
                       "workerGroupSpecs": [{"groupName": "cpu", "template": {
                           "spec": {"containers": [worker]}}}]}}}
-    assert lint(yaml.safe_dump(rayservice)) == [Finding(
+    assert lint(yaml.safe_dump_all([rayservice, DENY_ALL])) == [Finding(
         "RayService/rs",
         "spec.rayClusterConfig.workerGroupSpecs[0].template.spec.containers[0].readinessProbe",
         "probes", "container 'web' has no readinessProbe")]
@@ -126,3 +130,19 @@ def test_lists_and_the_command_line(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert f"{bad}: Deployment/web: {C}.image: container 'web': image 'web' has no tag" \
         in result.output
+
+
+def test_the_command_line_lints_its_files_as_one_set(tmp_path: Path) -> None:
+    """A NetworkPolicy in one file fences the Ray pods of another (applied together)."""
+    container = yaml.safe_load(GOOD_DEPLOYMENT)["spec"]["template"]["spec"]["containers"][0]
+    rayservice = tmp_path / "rayservice.yaml"
+    rayservice.write_text(yaml.safe_dump({
+        "apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "rs"},
+        "spec": {"rayClusterConfig": {
+            "headGroupSpec": {"template": {"spec": {"containers": [container]}}}}}}))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(DENY_ALL))
+    alone = CliRunner().invoke(app, ["lint", str(rayservice)])
+    assert alone.exit_code == 1 and "[network]" in alone.output
+    together = CliRunner().invoke(app, ["lint", str(rayservice), str(policy)])
+    assert together.exit_code == 0, together.output

@@ -1,10 +1,12 @@
 """`aiops k8s render`: a KubeRay RayService from the model specs that KubeRay's schema and Ray
-Serve's own config schema accept, plus the server, the eBPF DaemonSet and the credentials
-Secret (generated once into a credentials directory, never hard-coded)."""
+Serve's own config schema accept, plus the server, the eBPF DaemonSet, the NetworkPolicies and
+the credentials Secret (generated once into a credentials directory, never hard-coded, the
+only place a secret is written; tests/security/test_k8s.py holds the security rules)."""
 
 from __future__ import annotations
 
 import copy
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from aiops.k8s.cli import app
 from aiops.k8s.lint import lint_documents, rayservice_schema
 from aiops.k8s.render import RenderOptions, StackCredentials, render
 from serve.specs import load_specs
+from serve.telemetry import TelemetryConfig
 
 MODELS = Path(__file__).resolve().parents[2] / "models-test.yaml"
 
@@ -72,17 +75,63 @@ def test_serve_config_is_what_aiops_up_deploys_and_ray_accepts_it(
     assert config["http_options"] == {"host": "0.0.0.0", "port": 8000}
 
 
+def _mounted(tmp_path: Path, manifests: list[dict[str, Any]]) -> Path:
+    """The Secret as the pods see it mounted: one file per key."""
+    mounted = tmp_path / "secret"
+    mounted.mkdir()
+    for key, value in _one(manifests, "Secret")["stringData"].items():
+        (mounted / key).write_text(value + "\n")
+    return mounted
+
+
+def _remount(node: Any, mounted: Path) -> Any:
+    """``node`` with the pods' Secret mount path replaced by ``mounted``."""
+    if isinstance(node, dict):
+        return {k: _remount(v, mounted) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_remount(v, mounted) for v in node]
+    if isinstance(node, str) and node.startswith("/etc/aiops-credentials/"):
+        return str(mounted / node.rsplit("/", 1)[1])
+    return node
+
+
 def test_the_openai_endpoints_require_the_generated_api_key_and_replicas_send_their_token(
-    manifests: list[dict[str, Any]], credentials: StackCredentials,
+    tmp_path: Path, manifests: list[dict[str, Any]], credentials: StackCredentials,
 ) -> None:
+    """Each application's builder (named by serveConfigV2) reads the mounted Secret and builds
+    what serve.app builds: the ingress with the API key, every exporter with the `serve`
+    ingest token (the server, beyond loopback, refuses anonymous telemetry)."""
+    config = yaml.safe_load(_one(manifests, "RayService")["spec"]["serveConfigV2"])
+    mounted = _mounted(tmp_path, manifests)
+    assert len(credentials.openai_api_key) >= 32
+    tokens = {}
+    for application in config["applications"]:
+        module, name = application["import_path"].split(":")
+        builder = getattr(importlib.import_module(module), name)
+        bound = builder(_remount(application["args"], mounted))._bound_deployment.init_args
+        if application["name"] == "aiops":
+            assert bound[0]["api_keys"] == [credentials.openai_api_key]
+            telemetry = bound[0]["telemetry"]
+        else:
+            telemetry = bound[1]
+        tokens[application["name"]] = TelemetryConfig(**telemetry).token
+    assert tokens == {a["name"]: credentials.serve for a in config["applications"]}
+
+
+def test_a_missing_or_empty_secret_file_fails_the_build_instead_of_opening_the_endpoints(
+    tmp_path: Path, manifests: list[dict[str, Any]],
+) -> None:
+    from aiops.k8s.serve_apps import resolve_ingress_args
+
     config = yaml.safe_load(_one(manifests, "RayService")["spec"]["serveConfigV2"])
     [ingress] = [a for a in config["applications"] if a["name"] == "aiops"]
-    assert ingress["args"]["api_keys"] == [credentials.openai_api_key]
-    assert len(credentials.openai_api_key) >= 32
-    # Every application's exporters carry the `serve` ingest token (the server, beyond
-    # loopback, refuses anonymous telemetry).
-    assert {a["name"]: a["args"]["telemetry"].get("token") for a in config["applications"]} \
-        == {a["name"]: credentials.serve for a in config["applications"]}
+    mounted = _mounted(tmp_path, manifests)
+    (mounted / "openai-api.key").write_text("\n")
+    with pytest.raises(RuntimeError, match=r"openai-api\.key is empty"):
+        resolve_ingress_args(_remount(ingress["args"], mounted))
+    (mounted / "openai-api.key").unlink()
+    with pytest.raises(RuntimeError, match="cannot be read"):
+        resolve_ingress_args(_remount(ingress["args"], mounted))
 
 
 def test_the_secret_is_generated_once_and_reused(tmp_path: Path) -> None:
@@ -97,9 +146,9 @@ def test_the_secret_is_generated_once_and_reused(tmp_path: Path) -> None:
     assert secret["stringData"] == {"admin.token": first.admin, "serve.token": first.serve,
                                     "ebpf.token": first.ebpf,
                                     "openai-api.key": first.openai_api_key}
-    # No secret value anywhere but the Secret and (the ingress's args) the RayService.
+    # No secret value anywhere but the Secret.
     for doc in docs:
-        if doc["kind"] not in ("Secret", "RayService"):
+        if doc["kind"] != "Secret":
             text = yaml.safe_dump(doc)
             assert not any(v in text for v in secret["stringData"].values()), doc["kind"]
 
@@ -128,10 +177,21 @@ def test_each_component_gets_only_its_own_credentials(manifests: list[dict[str, 
     assert env["AIOPS_SERVER_HOST"]["value"] == "0.0.0.0"  # beyond loopback: tokens required
     assert env["AIOPS_AGENT_LLM_API_KEY"]["valueFrom"]["secretKeyRef"] == {
         "name": "aiops-credentials", "key": "openai-api.key"}
-    cluster = _one(manifests, "RayService")["spec"]["rayClusterConfig"]
+    rayservice = _one(manifests, "RayService")["spec"]
+    cluster = rayservice["rayClusterConfig"]
     ray_pods = [cluster["headGroupSpec"]["template"]["spec"],
                 *(g["template"]["spec"] for g in cluster["workerGroupSpecs"])]
-    assert not any("volumes" in p for p in ray_pods)  # their token is in their Serve args
+    # The Ray pods (where Serve builds the applications and runs the replicas) mount the
+    # `serve` token and the API key, where serveConfigV2 says they are read from.
+    config = rayservice["serveConfigV2"]
+    for pod in ray_pods:
+        assert _secret_keys(pod) == ["serve.token", "openai-api.key"]
+        assert pod["securityContext"] == {"fsGroup": 10001}  # the image's user reads them
+        [mount] = pod["containers"][0]["volumeMounts"]
+        assert mount == {"name": "credentials", "mountPath": "/etc/aiops-credentials",
+                         "readOnly": True}
+        for key in _secret_keys(pod):
+            assert f"{mount['mountPath']}/{key}" in config
     ebpf = _pod(manifests, "DaemonSet")
     assert _secret_keys(ebpf) == ["ebpf.token"]
     [container] = ebpf["containers"]
@@ -144,10 +204,7 @@ def test_each_component_gets_only_its_own_credentials(manifests: list[dict[str, 
 def test_the_server_adopts_the_secret_and_registers_its_tokens(
     tmp_path: Path, manifests: list[dict[str, Any]], credentials: StackCredentials,
 ) -> None:
-    mounted = tmp_path / "secret"
-    mounted.mkdir()
-    for key, value in _one(manifests, "Secret")["stringData"].items():
-        (mounted / key).write_text(value)
+    mounted = _mounted(tmp_path, manifests)
     data = tmp_path / "data"
     [init] = _pod(manifests, "Deployment")["initContainers"]
     args = [str(mounted) if a.startswith("/etc/") else a for a in init["command"][1:]]
@@ -201,8 +258,9 @@ def test_render_then_lint_on_the_command_line(tmp_path: Path) -> None:
                                  str(tmp_path / "creds"), "--out", str(out)])
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(out.read_text()))
-    assert [d["kind"] for d in docs] == ["Secret", "ConfigMap", "PersistentVolumeClaim",
-                                         "Deployment", "Service", "RayService", "DaemonSet"]
+    assert [d["kind"] for d in docs] == ["Secret", *["NetworkPolicy"] * 4, "ConfigMap",
+                                         "PersistentVolumeClaim", "Deployment", "Service",
+                                         "RayService", "DaemonSet"]
     assert "registry.example/aiops:1.2.3" in out.read_text()
     assert out.stat().st_mode & 0o777 == 0o600  # it holds the Secret
     token = TokenStore(tmp_path / "creds" / "tokens.json").lookup(
@@ -210,3 +268,37 @@ def test_render_then_lint_on_the_command_line(tmp_path: Path) -> None:
     assert token is not None and token.ingest and token.role is not Role.ADMIN
     result = runner.invoke(app, ["lint", str(out)])
     assert result.exit_code == 0 and "no findings" in result.output
+
+
+def test_without_the_secret_the_render_needs_no_credentials_and_references_the_same_keys(
+    tmp_path: Path, manifests: list[dict[str, Any]],
+) -> None:
+    runner = CliRunner()
+    out = tmp_path / "aiops.yaml"
+    result = runner.invoke(app, ["render", "--models", str(MODELS), "--no-secret",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(out.read_text()))
+    assert "Secret" not in {d["kind"] for d in docs}
+    # The same objects as with the Secret, which they reference by name and keys.
+    assert docs == [d for d in manifests if d["kind"] != "Secret"]
+    assert runner.invoke(app, ["lint", str(out)]).exit_code == 0
+
+
+def test_the_options_reach_the_manifests(credentials: StackCredentials) -> None:
+    docs = render(load_specs(MODELS), MODELS.read_text(),
+                  RenderOptions(ray_auth=False, operator_namespace="kuberay-system",
+                                serve_from=("10.0.0.0/8",)), credentials=credentials)
+    assert "authOptions" not in _one(docs, "RayService")["spec"]["rayClusterConfig"]
+    policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
+    [operator] = policies["aiops-ray-dashboard"]["ingress"][0]["from"]
+    assert operator["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}
+    serve = [r for r in policies["aiops-ray"]["ingress"] if r.get("ports") == [
+        {"protocol": "TCP", "port": 8000}]]
+    # Those CIDRs, the server's agent and the operator (its check of the head's proxy).
+    assert [p for r in serve for p in r["from"]] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "aiops",
+                                         "app.kubernetes.io/component": "server"}}},
+        operator, {"ipBlock": {"cidr": "10.0.0.0/8"}}]
+    assert lint_documents(docs) == []
