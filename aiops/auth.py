@@ -102,8 +102,9 @@ class Principal:
     services: tuple[str, ...] = ()
 
     def may_write_as(self, service: str | None) -> bool:
-        return not self.services or any(fnmatch.fnmatchcase(service or "", p)
-                                        for p in self.services)
+        # Bound: a row must name a service, and one the binding allows.
+        return not self.services or (bool(service) and any(
+            fnmatch.fnmatchcase(service or "", p) for p in self.services))
 
     def allows(self, access: Access) -> bool:
         if access == "public":
@@ -249,7 +250,8 @@ class TokenStore:
                          provenance=role is None and bool(found.get("provenance")),
                          # An odd binding (not a list of names) binds to nothing: fail closed.
                          services=() if services is None else tuple(
-                             str(p) for p in services) if isinstance(services, list) else ("",))
+                             str(p) for p in services or [""]) if isinstance(services, list)
+                         else ("",))
 
     @contextlib.contextmanager
     def _editing(self) -> Iterator[list[dict[str, Any]]]:

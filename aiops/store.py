@@ -146,17 +146,25 @@ class Store:
                     cur.execute(f"INSERT INTO {t.name} SELECT * FROM {view}")
                     cur.unregister(view)
                 cur.execute("COMMIT")
+            except (duckdb.ConversionException, duckdb.InvalidInputException,
+                    duckdb.ConstraintException) as exc:
+                cur.execute("ROLLBACK")  # the rows' own values: retrying will not help
+                raise SchemaMismatch(f"rows refused: {exc}") from exc
             except duckdb.Error as exc:
                 cur.execute("ROLLBACK")
                 raise StoreError(f"append failed: {exc}") from exc
             finally:
                 cur.close()
+            # Committed: nothing below may raise (a caller would retry rows that are stored).
             self._private_files()  # DuckDB makes the WAL anew after each checkpoint
             for name, head in new_heads.items():
                 self._heads[name] = head
                 anchor = self.anchor(name)
-                if anchor is not None:
-                    anchor.write(*head)
+                try:
+                    if anchor is not None:
+                        anchor.write(*head)
+                except OSError as exc:  # verify reports the anchor behind; the next write fixes it
+                    log.error("cannot write the anchor of %s (seq %d): %s", name, head[0], exc)
                 self._witness(name, *head)
         return sum(b.num_rows for _, b in prepared)
 
@@ -312,7 +320,8 @@ class Store:
         released whatever happens.
         """
         cur = self._cursor()
-        watch = QueryWatch(cur.interrupt, timeout_s, max_memory_bytes).__enter__()
+        watch = QueryWatch(cur.interrupt, timeout_s, max_memory_bytes,
+                           pooled=self._pooled_bytes).__enter__()
         try:
             count = len(cur.extract_statements(sql))
             if count != 1:
@@ -354,6 +363,16 @@ class Store:
             cur.close()
         truncated = len(rows) > limit
         return QueryResult(columns, types, rows[:limit], truncated)
+
+    def _pooled_bytes(self) -> int:
+        """What DuckDB's buffer manager holds now (blocks, hash tables, sorts)."""
+        cur = self._cursor()
+        try:
+            row = cur.execute("SELECT sum(memory_usage_bytes)::BIGINT FROM duckdb_memory()"
+                              ).fetchone()
+            return int(row[0] or 0) if row else 0
+        finally:
+            cur.close()
 
     def _catalog(self, cur: duckdb.DuckDBPyConnection) -> sqlguard.Catalog:
         if self._catalog_cache is None:

@@ -30,8 +30,8 @@ _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a header deadline and a per-address cap (class
-    attributes, set by ``uvicorn_config`` for the one server of a process)."""
+    """uvicorn's httptools protocol with a header deadline and a per-address cap; each
+    server gets a subclass of its own (``uvicorn_config``), with its limits and counts."""
 
     header_timeout_s: float = 10.0
     per_client: int = 256
@@ -90,9 +90,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
 def uvicorn_config(app: Any, settings: Settings, **kwargs: Any) -> uvicorn.Config:
     """uvicorn's configuration for the aiops server: the guarded protocol and its limits."""
-    GuardedHttpProtocol.header_timeout_s = settings.server_header_timeout_s
-    GuardedHttpProtocol.per_client = settings.server_max_connections_per_client
+    protocol = type("ServerHttpProtocol", (GuardedHttpProtocol,), {
+        "header_timeout_s": settings.server_header_timeout_s,
+        "per_client": settings.server_max_connections_per_client,
+        "open_by_client": Counter()})
+    # No WebSocket route exists; an upgrade would hand the connection to a protocol that
+    # neither times out nor gives its count back.
     return uvicorn.Config(app, host=settings.server_host, port=settings.server_port,
-                          http=GuardedHttpProtocol,
+                          http=protocol, ws="none",
                           limit_concurrency=settings.server_max_connections,
                           timeout_keep_alive=5, **kwargs)

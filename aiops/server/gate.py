@@ -104,14 +104,15 @@ class Gate:
                           "this server answers to (AIOPS_SERVER_ALLOWED_HOSTS)")
             return
         access = self.access_of(scope)
+        cap = self.limits.of(scope["path"], access)
         if access is not None:
             refused = self._check(access, headers.get("authorization"))
             if isinstance(refused, tuple):
                 self.on_refused("auth")
+                await _drain(receive, headers, cap)
                 await _refuse(send, *refused)
                 return
             scope.setdefault("state", {})["principal"] = refused
-        cap = self.limits.of(scope["path"], access)
         declared = headers.get("content-length", "")
         if declared and (not declared.isdigit() or len(declared) > 15 or int(declared) > cap):
             self.on_refused("size")
@@ -137,11 +138,13 @@ class Gate:
                      f"{access} role"), {}
 
     async def _bounded(self, scope: Scope, receive: Receive, send: Send, cap: int) -> None:
-        received, failed = 0, ""
+        received, failed, complete = 0, "", False
         started, response_started = time.monotonic(), False
 
         async def bounded_receive() -> Message:
-            nonlocal received, failed
+            nonlocal received, failed, complete
+            if complete:  # the body is in; what follows (a disconnect) has no deadline
+                return await receive()
             left = self.deadline_s - (time.monotonic() - started)
             try:
                 async with asyncio.timeout(max(left, 0.001)):
@@ -154,6 +157,7 @@ class Gate:
                 if received > cap:
                     failed = "large"
                     raise _TooLarge
+                complete = not message.get("more_body", False)
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -172,6 +176,34 @@ class Gate:
             else:
                 await _refuse(send, 408, f"request body not received within "
                               f"{self.deadline_s:g} s")
+
+
+# A refused request's body is read and dropped, up to this much and this long, so that its
+# client reads the answer instead of a reset (nginx's lingering close): an exporter with a
+# wrong token then sees a final 401, not a network error it retries. Bigger or slower bodies
+# are not waited for.
+DRAIN_MAX_BYTES = 16 * 2**20
+DRAIN_MAX_S = 2.0
+
+
+async def _drain(receive: Receive, headers: dict[str, str], cap: int) -> None:
+    if "100-continue" in headers.get("expect", "").lower():
+        return  # the client waits for the answer before it sends the body
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and len(declared) < 12:
+        budget = int(declared) if int(declared) <= min(cap, DRAIN_MAX_BYTES) else 0
+    else:
+        budget = 64 * 1024 if "chunked" in headers.get("transfer-encoding", "").lower() else 0
+    got = 0
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DRAIN_MAX_S):
+            while got < budget:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return
+                got += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return
 
 
 def _headers(scope: Scope) -> dict[str, str]:
