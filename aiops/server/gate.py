@@ -35,7 +35,8 @@ _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 @dataclass(frozen=True)
 class BodyLimits:
-    """Largest body per route: ``by_path`` first, then ingest's, then ``default``."""
+    """Largest body per route (by its path template): ``by_path`` first, then ingest's, then
+    ``default``."""
 
     ingest: int
     default: int = 64 * 1024
@@ -82,11 +83,11 @@ class _TooSlow(Exception):
 
 
 class Gate:
-    """ASGI middleware; ``access_of(scope)`` says what the matched route needs (None: no
-    route matches, which the app answers itself without reading a body)."""
+    """ASGI middleware; ``access_of(scope)`` says what the matched route needs and its path
+    template (None: no route matches, which the app answers itself without reading a body)."""
 
     def __init__(self, app: ASGIApp, *, authenticator: Authenticator,
-                 access_of: Callable[[Scope], Access | None], limits: BodyLimits,
+                 access_of: Callable[[Scope], tuple[Access | None, str]], limits: BodyLimits,
                  hosts: frozenset[str], deadline_s: float,
                  on_refused: Callable[[str], None] | None = None) -> None:
         self.app, self.authenticator, self.access_of = app, authenticator, access_of
@@ -103,8 +104,8 @@ class Gate:
             await _refuse(send, 400, f"Host {headers.get('host', '')[:100]!r} is not a name "
                           "this server answers to (AIOPS_SERVER_ALLOWED_HOSTS)")
             return
-        access = self.access_of(scope)
-        cap = self.limits.of(scope["path"], access)
+        access, route = self.access_of(scope)
+        cap = self.limits.of(route, access)
         if access is not None:
             refused = self._check(access, headers.get("authorization"))
             if isinstance(refused, tuple):
@@ -227,25 +228,26 @@ async def _refuse(send: Send, code: int, message: str,
     await send({"type": "http.response.body", "body": body})
 
 
-def route_access_of(app: Any) -> Callable[[Scope], Access | None]:
-    """``access_of`` for a FastAPI app: the access the first fully matching route declared."""
+def route_access_of(app: Any) -> Callable[[Scope], tuple[Access | None, str]]:
+    """``access_of`` for a FastAPI app: the access the first fully matching route declared,
+    and that route's path template ("" when none matches)."""
     from fastapi.routing import iter_route_contexts
 
     from aiops.server.guard import route_access
 
     routes: list[tuple[Any, Access | None]] = []
 
-    def access_of(scope: Scope) -> Access | None:
+    def access_of(scope: Scope) -> tuple[Access | None, str]:
         if not routes:  # the app's routes, routers' included (with their guards), once
             routes.extend((ctx, route_access(ctx))
                           for ctx in iter_route_contexts(app.router.routes))
-        partial: Access | None = None
+        partial: tuple[Access | None, str] = (None, "")
         for route, access in routes:
             match, _ = route.matches(scope)
             if match is Match.FULL:
-                return access
-            if match is Match.PARTIAL and partial is None:
-                partial = access  # right path, other method: the app answers 405
+                return access, str(route.path)
+            if match is Match.PARTIAL and partial[1] == "":
+                partial = access, str(route.path)  # other method: the app answers 405
         return partial
 
     return access_of
