@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,16 @@ from aiops.server.app import create_app
 from aiops.stack import read_state, session_members, settings_env
 from aiops.store import Store
 from tests.loopback import serving
+
+
+@pytest.fixture(autouse=True)
+def _root_logging() -> Iterator[None]:
+    """A CLI command run in-process (`aiops server` configures JSON logging) must not leave
+    the root logger writing to its finished CliRunner's closed stream for later tests."""
+    handlers, level = list(logging.root.handlers), logging.root.level
+    yield
+    logging.root.handlers[:] = handlers
+    logging.root.setLevel(level)
 
 
 @pytest.fixture

@@ -105,7 +105,7 @@ def test_aiops_ask_sends_aiops_token_not_the_admin_token(server: RunningServer) 
     operator = _token(server.settings, "sre", Role.OPERATOR)
     result = _cli(server.settings, ["ask", "--json", f"approve {action}"], operator)
     assert result.exit_code == 0, result.output
-    answer = json.loads(result.output)
+    answer = json.loads(result.stdout)  # stderr may carry log lines
     assert "needs the admin role" in answer["text"], answer["text"]
     assert _ledger(server, action)[-1][1] == "pending"
     viewer = _token(server.settings, "grafana", Role.VIEWER)
