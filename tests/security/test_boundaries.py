@@ -32,7 +32,15 @@ from aiops.server.app import create_app
 from aiops.store import Store
 from collectors.otlp.writer import BatchWriter, Unstorable
 from tests.loopback import serving
-from tests.security.test_ingest import NOW, PROTOBUF, export, logs, span, traces
+from tests.security.test_ingest import (
+    NOW,
+    PROTOBUF,
+    export,
+    logs,
+    read_response,
+    span,
+    traces,
+)
 
 ADMIN = "admin-" + "a" * 40
 
@@ -68,13 +76,7 @@ def raw(url: str, request: bytes, wait_s: float = 3.0) -> bytes:
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=wait_s) as sock:
         sock.sendall(request)
-        data = b""
-        try:
-            while chunk := sock.recv(65536):
-                data += chunk
-        except (TimeoutError, ConnectionResetError):
-            pass
-    return data
+        return read_response(sock, wait_s)
 
 
 def headers_only(path: str, length: int, token: str | None = None,
