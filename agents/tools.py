@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from aiops import semconv
 from aiops.analytics.findings import NOT_WARMUP
 from aiops.analytics.slo import Objective
 from aiops.errors import AIOpsError
-from aiops.identity import SPAN_REPLICA
 from aiops.remediation.actions import Action, ActionKind, new_action
 from aiops.store import Store
 
@@ -248,15 +248,15 @@ class Toolbox:
                               "minutes in (0, 1440] and bucket_s in [1, 3600]")
         now = self.now()
         sql = f"""
-            SELECT attributes->>'aiops.model.version' AS version,
+            SELECT {semconv.VERSION} AS version,
                    (epoch_ns(start_time) // ?) * ? AS bucket_ns, count(*) AS requests,
-                   round(avg(CASE WHEN status_code = 'error' THEN 1 ELSE 0 END), 4) AS failed,
+                   round(avg({semconv.FAILED}::INTEGER), 4) AS failed,
                    round(median(duration_ns) / 1e6, 1) AS p50_ms,
                    round(quantile_cont(duration_ns, 0.95) / 1e6, 1) AS p95_ms
             FROM spans
             WHERE service_name = ?
               AND start_time > make_timestamp_ns(?) AND start_time <= make_timestamp_ns(?)
-              AND (? IS NULL OR attributes->>'aiops.model.version' = ?) AND {NOT_WARMUP}
+              AND (? IS NULL OR {semconv.VERSION} = ?) AND {NOT_WARMUP}
             GROUP BY ALL ORDER BY bucket_ns, version"""
         step = bucket_s * NS
         try:
@@ -300,8 +300,7 @@ class Toolbox:
         sql = """
             SELECT service_name, name, span_id, parent_span_id,
                    round(duration_ns / 1e6, 1) AS duration_ms, status_code,
-                   attributes->>'aiops.model.version' AS version,
-                   attributes->>'http.response.status_code' AS http_status,
+                   model_version AS version, http_status,
                    epoch_ns(start_time) AS start_ns, attributes
             FROM spans WHERE trace_id = ? {} ORDER BY start_time"""
         # The last hour first (where an incident's evidence points): the time column's zone
@@ -332,10 +331,9 @@ class Toolbox:
             return self._fail("serving", params, "minutes must be in (0, 10080]")
         now = self.now()
         sql = f"""
-            SELECT coalesce(attributes->>'aiops.model.version',
-                            resource_attributes->>'service.version') AS version,
+            SELECT {semconv.VERSION} AS version,
                    count(*) AS requests,
-                   count(DISTINCT {SPAN_REPLICA}) AS replicas,
+                   count(DISTINCT {semconv.REPLICA}) AS replicas,
                    epoch_ns(min(start_time)) AS first_ns, epoch_ns(max(start_time)) AS last_ns
             FROM spans
             WHERE service_name = ?

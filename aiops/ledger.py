@@ -1,4 +1,4 @@
-"""Hash chains for the tamper-evident tables (``provenance``; the actions ``ledger`` later).
+"""Hash chains for the tamper-evident tables (``provenance`` and the actions ``ledger``).
 
 Entry ``n`` stores ``hash_n = sha256(prev_hash || seq || canonical_json(entry))`` with
 ``prev_hash = hash_{n-1}`` (64 zeros for the first). The writer also keeps the chain's head

@@ -1,5 +1,5 @@
-"""Python client of the Serve control plane (model lifecycle): what the CLI and, later, the
-automated actions call. Every refusal raises ``LifecycleError`` with the server's message."""
+"""Python client of the Serve control plane (model lifecycle): what the CLI and the automated
+actions call. Every refusal raises ``LifecycleError`` with the server's message."""
 
 from __future__ import annotations
 

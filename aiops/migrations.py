@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from aiops.schema import PROVENANCE, TABLES, Kind
+from aiops.schema import PROVENANCE, SPANS, TABLES, Kind
 
 __all__ = ["MIGRATIONS", "Migration", "apply_migrations", "current_version"]
 
@@ -86,6 +86,15 @@ def _ingest_credential(conn: duckdb.DuckDBPyConnection) -> None:
         conn.execute(f"ALTER TABLE {name} ADD COLUMN IF NOT EXISTS ingest_credential VARCHAR")
 
 
+def _typed_span_columns(conn: duckdb.DuckDBPyConnection) -> None:
+    # model, version, replica, HTTP status and failed as typed columns (aiops.semconv), derived
+    # from the JSON once here for stored rows and by the store at ingest for new ones.
+    conn.execute("DROP VIEW IF EXISTS spans_all")
+    for d in SPANS.derived:
+        conn.execute(f"ALTER TABLE spans ADD COLUMN IF NOT EXISTS {d.name} {d.kind.duckdb}")
+    conn.execute("UPDATE spans SET " + ", ".join(f"{d.name} = {d.sql}" for d in SPANS.derived))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create telemetry tables", _create_tables),
     Migration(2, "provenance hash chain", _provenance),
@@ -95,6 +104,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "incident history (updated_at) and incidents_current", _incident_history),
     Migration(7, "action history (updated_at) and actions_current", _action_history),
     Migration(8, "ingest_credential on telemetry rows", _ingest_credential),
+    Migration(9, "typed span columns: model, version, replica, HTTP status, failed",
+              _typed_span_columns),
 )
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from aiops import semconv
+
 __all__ = [
     "ACTIONS",
     "INCIDENTS",
@@ -28,6 +30,7 @@ __all__ = [
     "SPANS",
     "TABLES",
     "Column",
+    "Derived",
     "Kind",
     "Table",
     "schema_reference",
@@ -77,6 +80,17 @@ class Column:
     nullable: bool = True
 
 
+@dataclass(frozen=True)
+class Derived:
+    """A typed column the store fills at ingest from the row's own columns (``sql``, over
+    the written row), so readers do not re-parse JSON per query. Never written by a sender."""
+
+    name: str
+    kind: Kind
+    doc: str
+    sql: str
+
+
 # Columns the server fills, never a sender: which credential exported the row.
 SERVER_SET = frozenset({"ingest_credential"})
 
@@ -86,6 +100,7 @@ class Table:
     name: str
     doc: str
     columns: tuple[Column, ...]
+    derived: tuple[Derived, ...] = ()
 
     @property
     def column_names(self) -> list[str]:
@@ -105,7 +120,8 @@ class Table:
 
     def ddl(self) -> str:
         cols = ",\n  ".join(
-            f"{c.name} {c.kind.duckdb}{'' if c.nullable else ' NOT NULL'}" for c in self.columns
+            [f"{c.name} {c.kind.duckdb}{'' if c.nullable else ' NOT NULL'}"
+             for c in self.columns] + [f"{d.name} {d.kind.duckdb}" for d in self.derived]
         )
         return f"CREATE TABLE IF NOT EXISTS {self.name} (\n  {cols}\n)"
 
@@ -143,6 +159,20 @@ SPANS = Table(
         _c("dropped_attributes_count", Kind.BIGINT, "Attributes the sender dropped."),
         _c("ingest_credential", Kind.VARCHAR, "Name of the credential that exported the row "
            "(a token's name, `anonymous`); NULL for rows the server wrote itself."),
+    ),
+    # What every reader means by model, version, replica and failed (aiops.semconv).
+    (
+        Derived(semconv.MODEL, Kind.VARCHAR, "Model requested (`gen_ai.request.model`).",
+                semconv.MODEL_SQL),
+        Derived(semconv.VERSION, Kind.VARCHAR, "Release that served the span: "
+                "`aiops.model.version`, else the resource's `service.version`.",
+                semconv.VERSION_SQL),
+        Derived(semconv.REPLICA, Kind.VARCHAR, "Ray Serve replica id (resource "
+                "`ray.serve.replica`).", semconv.REPLICA_SQL),
+        Derived(semconv.HTTP_STATUS, Kind.INTEGER, "HTTP status (`http.response.status_code`, "
+                "else the older `http.status_code`).", semconv.HTTP_STATUS_SQL),
+        Derived(semconv.FAILED, Kind.BOOLEAN, "Status `error` or an HTTP 5xx.",
+                semconv.FAILED_SQL),
     ),
 )
 
@@ -292,5 +322,7 @@ def schema_reference() -> str:
             req = " (required)" if not c.nullable else ""
             shown = "JSON text (VARCHAR)" if c.kind is Kind.JSON else c.kind.duckdb
             out.append(f"| `{c.name}` | `{shown}` | {c.doc}{req} |")
+        for d in t.derived:
+            out.append(f"| `{d.name}` | `{d.kind.duckdb}` | {d.doc} Derived at ingest. |")
         out.append("")
     return "\n".join(out)

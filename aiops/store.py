@@ -143,7 +143,8 @@ class Store:
                 for i, (t, data) in enumerate(prepared):
                     view = f"_append_{i}"
                     cur.register(view, data)
-                    cur.execute(f"INSERT INTO {t.name} SELECT * FROM {view}")
+                    derived = "".join(f", {d.sql}" for d in t.derived)
+                    cur.execute(f"INSERT INTO {t.name} SELECT *{derived} FROM {view}")
                     cur.unregister(view)
                 cur.execute("COMMIT")
             except (duckdb.ConversionException, duckdb.InvalidInputException,
@@ -515,7 +516,8 @@ def _link_entries(t: Table, entries: list[dict[str, Any]], seq: int, prev: str
 def _conform(t: Table, batch: pa.Table | pa.RecordBatch) -> pa.Table:
     """Order and cast ``batch`` to the table's Arrow schema; absent nullable columns are NULL."""
     data = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-    unknown = set(data.column_names) - set(t.column_names)
+    # Derived columns in a batch (rows read back from a store) are the store's to compute.
+    unknown = set(data.column_names) - set(t.column_names) - {d.name for d in t.derived}
     if unknown:
         raise SchemaMismatch(f"{t.name}: unknown columns {sorted(unknown)}")
     arrays = []

@@ -1,1 +1,1 @@
-"""Telemetry in: the OTLP/HTTP receiver (later: Prometheus scraper, eBPF programs)."""
+"""Telemetry in: the OTLP/HTTP receiver, the Prometheus scraper, vLLM's metrics, eBPF programs."""

@@ -9,6 +9,7 @@ span's duration gives the exact percentile.
 
 from __future__ import annotations
 
+from aiops import semconv
 from dashboards.infinity import Column, Infinity
 from dashboards.panels import (
     RATE,
@@ -159,8 +160,7 @@ def canary() -> Board:
         Infinity.sql(
             f"""{RANGE}
             SELECT {VERSION} AS version, count(*) AS requests,
-                   count(*) FILTER (WHERE TRY_CAST(attributes->>'http.response.status_code'
-                                                   AS INTEGER) >= 500) / count(*) AS error_ratio,
+                   count(*) FILTER (WHERE {semconv.FAILED}) / count(*) AS error_ratio,
                    quantile_cont(duration_ns, 0.50) / 1e9 AS p50_s,
                    quantile_cont(duration_ns, 0.95) / 1e9 AS p95_s,
                    quantile_cont(duration_ns, 0.99) / 1e9 AS p99_s

@@ -10,6 +10,7 @@ specs regenerates them with ``aiops dashboards generate --models FILE``.
 
 from __future__ import annotations
 
+from aiops import semconv
 from aiops.analytics.engine import objectives_from_specs
 from aiops.analytics.slo import BurnWindow, Objective, parse_windows
 from aiops.config import Settings
@@ -21,7 +22,6 @@ __all__ = ["default_windows", "slo"]
 
 # The objective's columns: one value per model, grouped by so that expressions may use them.
 _OBJECTIVE = "o.latency_ms, o.latency_budget, o.error_budget"
-STATUS = "TRY_CAST(attributes->>'http.response.status_code' AS INTEGER)"
 
 
 def default_windows() -> list[BurnWindow]:
@@ -45,7 +45,8 @@ def _objectives_cte(objectives: tuple[Objective, ...]) -> str:
 
 def _spans() -> str:
     return (f"s AS (SELECT start_time, {MODEL} AS model, {VERSION} AS version, duration_ns, "
-            f"{STATUS} AS code FROM spans, r WHERE {INGRESS_SPANS} AND {in_range('start_time')})")
+            f"{semconv.FAILED} AS failed FROM spans, r "
+            f"WHERE {INGRESS_SPANS} AND {in_range('start_time')})")
 
 
 def _burn_over_time(objectives: tuple[Objective, ...]) -> Infinity:
@@ -54,7 +55,7 @@ def _burn_over_time(objectives: tuple[Objective, ...]) -> Infinity:
         SELECT {bucket('s.start_time')} AS time, s.model, s.version,
                count(*) FILTER (WHERE s.duration_ns > o.latency_ms * 1e6)
                  / count(*) / o.latency_budget AS latency_burn,
-               count(*) FILTER (WHERE s.code >= 500) / count(*) / o.error_budget AS error_burn
+               count(*) FILTER (WHERE s.failed) / count(*) / o.error_budget AS error_burn
         FROM s JOIN o USING (model), r
         GROUP BY time, s.model, s.version, {_OBJECTIVE} ORDER BY time""",
         [Column("time", "timestamp_epoch"), Column("model"), Column("version"),
@@ -76,8 +77,8 @@ def _burn_now(objectives: tuple[Objective, ...], windows: list[BurnWindow]) -> I
                  count(*) FILTER (WHERE {short_w}) AS n_short,
                  count(*) FILTER (WHERE {long_w} AND {slow}) AS slow_long,
                  count(*) FILTER (WHERE {short_w} AND {slow}) AS slow_short,
-                 count(*) FILTER (WHERE {long_w} AND s.code >= 500) AS err_long,
-                 count(*) FILTER (WHERE {short_w} AND s.code >= 500) AS err_short
+                 count(*) FILTER (WHERE {long_w} AND s.failed) AS err_long,
+                 count(*) FILTER (WHERE {short_w} AND s.failed) AS err_short
           FROM s JOIN o USING (model), w, r
           GROUP BY s.model, s.version, w.long_s, w.short_s, w.threshold, {_OBJECTIVE})
         SELECT model, version, long_s::INTEGER || 's/' || short_s::INTEGER || 's' AS windows,
@@ -99,7 +100,7 @@ def _budget_left(objectives: tuple[Objective, ...]) -> Infinity:
         SELECT s.model, s.version, count(*) AS requests,
                1 - count(*) FILTER (WHERE s.duration_ns > o.latency_ms * 1e6)
                    / count(*) / o.latency_budget AS latency_budget_left,
-               1 - count(*) FILTER (WHERE s.code >= 500)
+               1 - count(*) FILTER (WHERE s.failed)
                    / count(*) / o.error_budget AS error_budget_left
         FROM s JOIN o USING (model)
         GROUP BY s.model, s.version, {_OBJECTIVE} ORDER BY s.model, s.version""",

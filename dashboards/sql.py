@@ -7,14 +7,18 @@ panel's cost does not grow with the range it shows.
 
 from __future__ import annotations
 
+from aiops import semconv
+
 __all__ = ["INGRESS_SPANS", "MODEL", "RANGE", "VERSION", "bucket", "epoch_ms", "in_range"]
 
 RANGE = """WITH r AS (
   SELECT epoch_ms(f) AS t0, epoch_ms(t) AS t1, greatest(10, (t - f) // 200000) AS step_s
   FROM (SELECT ?::BIGINT AS f, ?::BIGINT AS t))"""
 
-MODEL = "attributes->>'gen_ai.request.model'"
-VERSION = "attributes->>'aiops.model.version'"
+# Over any table's attributes (metric points too), as aiops.semconv defines them; on ingress
+# spans the version is the one a request was routed to.
+MODEL = semconv.MODEL_SQL
+VERSION = semconv.ROUTED_VERSION_SQL
 # The user's view of a request: the ingress SERVER span (what the SLO detector reads too).
 INGRESS_SPANS = "service_name = 'ingress' AND kind = 'server'"
 

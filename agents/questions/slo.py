@@ -20,8 +20,7 @@ NOW_S = 300.0  # the "burning now" window
 _SQL = """
     SELECT count(*) AS total,
            count(*) FILTER (WHERE duration_ns > {threshold_ns}) AS slow,
-           count(*) FILTER (WHERE TRY_CAST(attributes->>'http.response.status_code' AS INTEGER)
-                                  >= 500) AS failed
+           count(*) FILTER (WHERE failed) AS failed
     FROM spans
     {clause}
       AND service_name = 'ingress' AND kind = 'server'"""

@@ -1,10 +1,10 @@
 """Which spans stand for a model's requests, as SQL the question modules share.
 
 A request's latency as its client saw it is its root SERVER span: the ingress span of the
-embedded stack (the model in ``gen_ai.request.model``, the version in ``aiops.model.version``),
-or the root span an app instrumented by its owner exports (its ``service.name`` and
-``service.version``). Replicas are only known inside the model: its own spans carry
-``ray.serve.replica``.
+embedded stack (the model requested, the version it was routed to), or the root span an app
+instrumented by its owner exports (its ``service.name`` and release). Replicas are only known
+inside the model: its own spans carry the replica id. Model, version, replica, HTTP status and
+failed are the typed span columns of ``aiops.semconv``.
 """
 
 from __future__ import annotations
@@ -12,22 +12,22 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from aiops import semconv
 from aiops.analytics.findings import NOT_WARMUP
-from aiops.identity import SPAN_REPLICA
 
 __all__ = ["FAILED", "HTTP_STATUS", "MODEL", "REPLICA", "REQUEST", "VERSION", "column", "label",
            "percentile_columns", "roots", "where"]
 
-MODEL = ("coalesce(attributes->>'gen_ai.request.model', "
-         "CASE WHEN service_name <> 'ingress' THEN service_name END)")
-VERSION = ("coalesce(attributes->>'aiops.model.version', "
-           "CASE WHEN service_name <> 'ingress' THEN resource_attributes->>'service.version' END)")
-REPLICA = SPAN_REPLICA
+MODEL = f"coalesce({semconv.MODEL}, CASE WHEN service_name <> 'ingress' THEN service_name END)"
+# On the ingress, the version a request was routed to (the ingress's own release is no model's).
+VERSION = (f"CASE WHEN service_name = 'ingress' THEN {semconv.ROUTED_VERSION_SQL} "
+           f"ELSE {semconv.VERSION} END")
+REPLICA = semconv.REPLICA
 # A request is a span its service served (OpenTelemetry's SERVER kind): a server's start-up
 # work (vLLM's "Overall Loading", an internal root span of many seconds) is not one.
 REQUEST = "kind = 'server'"
-HTTP_STATUS = "TRY_CAST(attributes->>'http.response.status_code' AS INTEGER)"
-FAILED = f"(status_code = 'error' OR coalesce({HTTP_STATUS}, 0) >= 500)"
+HTTP_STATUS = semconv.HTTP_STATUS
+FAILED = semconv.FAILED
 
 
 def where(time_column: str, since: datetime, until: datetime,

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiops.analytics.findings import SPAN_VERSION, Entity, EvidenceKind
+from aiops import semconv
+from aiops.analytics.findings import Entity, EvidenceKind
 from aiops.analytics.incidents import RankedCause
 from aiops.analytics.logs import LogTemplates
 from aiops.store import Store
@@ -37,7 +38,7 @@ GROUP BY ALL
 """
 
 _FIRST_SEEN = f"""
-SELECT {SPAN_VERSION} AS version, min(epoch_ns(start_time)) AS first_ns
+SELECT {semconv.VERSION} AS version, min(epoch_ns(start_time)) AS first_ns
 FROM spans WHERE service_name = ? AND start_time > make_timestamp_ns(?) GROUP BY ALL
 """
 

@@ -1,5 +1,6 @@
 """The live analyzer: every few seconds, run the detectors over the store, fold their findings
-into incidents, gather context for the top cause, and append what changed to ``incidents``.
+into incidents, gather context for the top cause; the incident tracker appends what changed to
+``incidents`` and tells its listeners (remediation, ``tracker.subscribe``).
 
 It runs inside the aiops server (the store's single writer) in a thread of its own. A detector
 that fails is logged and counted, and the others still run.
@@ -13,10 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiops.analytics.correlate import context_evidence
 from aiops.analytics.findings import Finding
-from aiops.analytics.incidents import Incident, IncidentTracker, to_table
+from aiops.analytics.incidents import Incident, IncidentTracker
 from aiops.analytics.kernel import kernel_findings
 from aiops.analytics.logstream import LogDetector
 from aiops.analytics.metric_stream import MetricStream
@@ -81,14 +83,12 @@ class AnalyzerStats:
 
 class Analyzer:
     def __init__(self, store: Store, config: AnalyzerConfig,
-                 clock: Callable[[], int] = time.time_ns,
-                 on_round: Callable[[IncidentTracker, list[Incident], int], None] | None = None
-                 ) -> None:
-        self.store = store
-        self.on_round = on_round  # remediation acts on what each round found
+                 clock: Callable[[], int] = time.time_ns) -> None:
         self.config = config
         self.clock = clock
-        self.tracker = IncidentTracker(config.resolve_after_s, calls=config.calls)
+        # The owner of incidents and the one writer of the table; remediation subscribes.
+        self.tracker = IncidentTracker(config.resolve_after_s, calls=config.calls, store=store)
+        self._store = store
         self._calls = config.calls or ServiceMap()  # declared, and Serve's graph once read
         self._mesh = ServiceMap()
         self._mesh_read_ns: int | None = None
@@ -98,6 +98,14 @@ class Analyzer:
         self.stats = AnalyzerStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        self._store = self.tracker.store = store
 
     def set_calls(self, calls: ServiceMap) -> None:
         """The calls known from outside the store (a declared map, attached Serve apps'
@@ -152,20 +160,14 @@ class Analyzer:
         started = time.perf_counter()
         self._read_mesh(now_ns)
         findings = self.detect(now_ns)
-        changed = self.tracker.update(findings, now_ns)
-        for inc in changed:
-            if inc.causes and inc.status != "resolved":
-                inc.extra_evidence = context_evidence(
-                    self.store, inc.causes[0], now_ns, self.config.traces.window_s,
-                    templates=self.templates) + self.metrics.for_model(
-                    inc.causes[0].entity.service,
-                    inc.onset_ns - int(self.config.traces.window_s * 1e9))
-        if changed:
-            self.store.append("incidents", to_table(changed))
-            for inc in changed:
-                log.info("incident %s %s: %s", inc.incident_id, inc.status, inc.summary)
-        if self.on_round is not None:
-            self.on_round(self.tracker, changed, now_ns)
+
+        def context(inc: Incident) -> list[dict[str, Any]]:
+            window_ns = int(self.config.traces.window_s * 1e9)
+            return context_evidence(self.store, inc.causes[0], now_ns,
+                                    self.config.traces.window_s, templates=self.templates) \
+                + self.metrics.for_model(inc.causes[0].entity.service, inc.onset_ns - window_ns)
+
+        changed = self.tracker.update(findings, now_ns, context)
         self.stats.rounds += 1
         self.stats.last_round_s = time.perf_counter() - started
         self.stats.max_round_s = max(self.stats.max_round_s, self.stats.last_round_s)

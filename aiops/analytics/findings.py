@@ -5,9 +5,9 @@ replica; evidence names rows that exist in the store (a trace id, a log template
 series with its numbers), so every claim can be checked with one query.
 
 Whose telemetry a row is (docs/attach.md has the whole mapping): ``service`` is the resource's
-``service.name``; ``version`` the span's ``aiops.model.version`` (aiops' own serving sets it,
-also on the ingress, where it names the version a request was routed to), else the resource's
-``service.version``, which any app instrumented with the OpenTelemetry SDK reports.
+``service.name``; ``version`` the span's typed ``model_version`` column (``aiops.semconv``:
+``aiops.model.version``, which aiops' own serving sets, also on the ingress, where it names the
+version a request was routed to, else the resource's ``service.version``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ from typing import Any
 
 from aiops.analytics.rca import Evidence, EvidenceKind, FaultClass
 
-__all__ = ["NOT_WARMUP", "SPAN_VERSION", "Entity", "Evidence", "EvidenceKind", "FaultClass",
+__all__ = ["NOT_WARMUP", "Entity", "Evidence", "EvidenceKind", "FaultClass",
            "Finding"]
 
-SPAN_VERSION = ("coalesce(attributes->>'aiops.model.version', "
-                "resource_attributes->>'service.version')")
 # A new replica's warm-up inference (spec hooks.warmup) served no user: not a request.
 NOT_WARMUP = "coalesce(attributes->>'aiops.warmup', '') <> 'true'"
 

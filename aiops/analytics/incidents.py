@@ -6,6 +6,12 @@ action was taken for it (remediation sets this), and ``resolved`` when no findin
 for ``resolve_after_s`` (the SLIs recovered). Each change is appended as a new row of the
 ``incidents`` table (``updated_at``), so its history stays; the latest row is its state.
 
+The tracker owns the open incidents: one lock guards every change and read, readers get
+snapshots (copies), never the live objects, and it is the one writer of ``incidents`` (the
+analyzer's rounds and remediation's ``mark_mitigating`` both go through it). After each round
+its listeners (remediation) hear what changed, outside the lock. A row's ``evidence`` column is
+an ``IncidentEvidence`` as JSON: ``IncidentEvidence.parse`` reads it back.
+
 Root causes: entities (model version, replica) ranked by their strongest finding. Kernel
 findings (CPU contention, OOM, a crashed replica, retransmits) name the cause behind a
 symptom (latency, errors) on the same model version; a caller (the ingress) is discounted
@@ -15,19 +21,30 @@ when one of the models it calls has findings of its own.
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from pydantic import TypeAdapter
 
 from aiops.analytics.findings import Entity, Evidence, FaultClass, Finding
 from aiops.analytics.topology import ServiceMap
 from aiops.schema import INCIDENTS
 
-__all__ = ["Incident", "IncidentTracker", "RankedCause", "Status", "rank_causes", "to_table"]
+if TYPE_CHECKING:
+    from aiops.store import Store
+
+__all__ = ["ContextSource", "EvidenceRecord", "Incident", "IncidentEvidence",
+           "IncidentListener", "IncidentTracker", "RankedCause", "RankedCauseRecord", "Status",
+           "rank_causes", "to_table"]
+
+log = logging.getLogger(__name__)
 
 CAUSE_CLASSES = (FaultClass.NODE, FaultClass.CRASH, FaultClass.MEMORY, FaultClass.CPU,
                  FaultClass.NETWORK)
@@ -54,19 +71,87 @@ class RankedCause:
     evidence: list[Evidence]
     node: str | None = None  # the Ray node at fault (fault class node)
 
+    def record(self) -> RankedCauseRecord:
+        """As the ``evidence`` column states it."""
+        e = self.entity
+        return RankedCauseRecord(
+            str(e), e.service, e.version, e.replica, self.node, str(self.fault_class),
+            round(self.score, 3), round(self.confidence, 3), list(self.detectors),
+            [EvidenceRecord(str(v.kind), v.id, v.entity, str(v.fault_class), v.signal,
+                            v.observed, v.baseline, v.score) for v in self.evidence])
+
     def to_json(self) -> dict[str, Any]:
-        return {"entity": str(self.entity), "service": self.entity.service,
-                "version": self.entity.version, "replica": self.entity.replica,
-                "node": self.node,
-                "fault_class": str(self.fault_class), "score": round(self.score, 3),
-                "confidence": round(self.confidence, 3), "detectors": self.detectors,
-                "evidence": [_evidence_json(e) for e in self.evidence]}
+        return asdict(self.record())
 
 
-def _evidence_json(e: Evidence) -> dict[str, Any]:
-    return {"kind": str(e.kind), "id": e.id, "entity": e.entity,
-            "fault_class": str(e.fault_class), "signal": e.signal,
-            "observed": e.observed, "baseline": e.baseline, "score": e.score}
+# -- the evidence column: written here (Incident.row), read by the CLI, the agent, the demo ----
+
+
+@dataclass(frozen=True)
+class EvidenceRecord:
+    """One observation behind a cause (an ``Evidence``), as written."""
+
+    kind: str  # trace, log_template, metric, event
+    id: str
+    entity: str
+    fault_class: str
+    signal: str
+    observed: float = 0.0
+    baseline: float = 0.0
+    score: float = 0.0
+
+
+@dataclass(frozen=True)
+class RankedCauseRecord:
+    """One ranked root cause (a ``RankedCause``), as written: its entity both as text
+    (``service@version/replica``) and by part."""
+
+    entity: str
+    service: str = ""
+    version: str | None = None
+    replica: str | None = None
+    node: str | None = None  # the Ray node at fault (fault class node)
+    fault_class: str = ""
+    score: float = 0.0
+    confidence: float = 0.0
+    detectors: list[str] = field(default_factory=list)
+    evidence: list[EvidenceRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class IncidentEvidence:
+    """The ``evidence`` column of ``incidents``: the ranked root causes (best first), the
+    findings behind them (``Finding.to_json``), the context gathered for the top cause
+    (``aiops.analytics.correlate``: traces, log templates, metric deltas, changes) and the
+    onset. ``to_json`` writes it; ``parse`` reads it back, from the text or its decoded dict."""
+
+    root_causes: list[RankedCauseRecord] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    context: list[dict[str, Any]] = field(default_factory=list)
+    onset_ns: int | None = None
+
+    @property
+    def top(self) -> RankedCauseRecord | None:
+        return self.root_causes[0] if self.root_causes else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root_causes": [asdict(c) for c in self.root_causes],
+                "findings": self.findings, "context": self.context, "onset_ns": self.onset_ns}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), default=str)
+
+    @classmethod
+    def parse(cls, raw: str | bytes | Mapping[str, Any] | None) -> IncidentEvidence:
+        """From the column's text (or its JSON decoded); parts missing are empty. Raises
+        ``ValueError`` (pydantic's ``ValidationError`` is one) on what is not evidence."""
+        if raw is None or raw in ("", b""):
+            return cls()
+        data = json.loads(raw) if isinstance(raw, str | bytes) else raw
+        return _EVIDENCE.validate_python(data)
+
+
+_EVIDENCE: TypeAdapter[IncidentEvidence] = TypeAdapter(IncidentEvidence)
 
 
 def rank_causes(findings: list[Finding], calls: ServiceMap | None = None
@@ -158,11 +243,18 @@ class Incident:
         lead = max(own or list(self.findings.values()), key=lambda f: f.score)
         return f"{top.fault_class} on {top.entity}: {lead.summary}"
 
+    def evidence(self) -> IncidentEvidence:
+        return IncidentEvidence([c.record() for c in self.causes],
+                                [f.to_json() for f in self.findings.values()],
+                                list(self.extra_evidence), self.onset_ns)
+
+    def snapshot(self) -> Incident:
+        """A copy, which later changes to this incident leave as it is."""
+        return replace(self, findings=dict(self.findings), causes=list(self.causes),
+                       extra_evidence=list(self.extra_evidence))
+
     def row(self) -> dict[str, Any]:
         top = self.causes[0] if self.causes else None
-        evidence = {"root_causes": [c.to_json() for c in self.causes],
-                    "findings": [f.to_json() for f in self.findings.values()],
-                    "context": self.extra_evidence, "onset_ns": self.onset_ns}
         return {
             "incident_id": self.incident_id, "opened_at": self.opened_ns,
             "closed_at": self.closed_ns, "status": str(self.status),
@@ -170,39 +262,106 @@ class Incident:
             "replica": top.entity.replica if top else None,
             "model_version": top.entity.version if top else None,
             "fault_class": str(top.fault_class) if top else None,
-            "summary": self.summary, "evidence": json.dumps(evidence, default=str),
+            "summary": self.summary, "evidence": self.evidence().to_json(),
             "updated_at": self.updated_ns}
 
 
+# What a listener hears after each round: the incidents that changed (snapshots), and when.
+IncidentListener = Callable[[list[Incident], int], None]
+# The context gathered for an incident's top cause (traces, templates, metric deltas, ...).
+ContextSource = Callable[[Incident], list[dict[str, Any]]]
+
+
 class IncidentTracker:
+    """The one owner of incidents. A lock guards every change and read: the analyzer's thread
+    folds findings in (``update``), remediation marks incidents ``mitigating`` from the
+    analyzer's or a request's thread, the server reads what is open. Readers get snapshots.
+    Every change is written to ``store`` (``incidents``) here and nowhere else; without a
+    store, incidents are only kept in memory. Listeners hear of each round after the lock is
+    released, so that they may call back (``mark_mitigating``) from their own locks."""
+
     def __init__(self, resolve_after_s: float = 30.0, refresh_s: float = 10.0,
-                 calls: ServiceMap | None = None) -> None:
+                 calls: ServiceMap | None = None, store: Store | None = None) -> None:
         self.resolve_after_ns = int(resolve_after_s * 1e9)
         self.refresh_ns = int(refresh_s * 1e9)
-        self.calls = calls
-        self.open: dict[str, Incident] = {}
+        self.store = store
+        self._calls = calls
+        self._open: dict[str, Incident] = {}
+        self._listeners: list[IncidentListener] = []
+        self._lock = threading.RLock()
+
+    @property
+    def calls(self) -> ServiceMap | None:
+        with self._lock:
+            return self._calls
+
+    @calls.setter
+    def calls(self, calls: ServiceMap | None) -> None:
+        with self._lock:
+            self._calls = calls
+
+    @property
+    def open(self) -> dict[str, Incident]:
+        """The open (or mitigating) incidents by service: snapshots, not the live ones."""
+        with self._lock:
+            return {service: inc.snapshot() for service, inc in self._open.items()}
+
+    def open_ids(self) -> set[str]:
+        with self._lock:
+            return {inc.incident_id for inc in self._open.values()}
+
+    def subscribe(self, listener: IncidentListener) -> None:
+        """``listener(changed, now_ns)`` after every round, changed or not (outside the lock;
+        what it raises, ``update`` raises)."""
+        with self._lock:
+            self._listeners.append(listener)
 
     def _subject(self, f: Finding, firing: set[str]) -> str:
         """One incident per fault, not per symptom: with a service map, a caller's findings
         join the incident of a firing service it calls (the deepest, then by name)."""
-        if self.calls is None:
+        if self._calls is None:
             return f.subject
-        reached = self.calls.callees(f.subject) & firing
-        deepest = sorted(s for s in reached if not self.calls.callees(s) & firing)
+        reached = self._calls.callees(f.subject) & firing
+        deepest = sorted(s for s in reached if not self._calls.callees(s) & firing)
         return deepest[0] if deepest else f.subject
 
-    def update(self, findings: list[Finding], now_ns: int) -> list[Incident]:
-        """Fold one round of findings in; return the incidents that changed."""
+    def update(self, findings: list[Finding], now_ns: int,
+               context: ContextSource | None = None) -> list[Incident]:
+        """Fold one round of findings in; ``context`` adds evidence to each changed incident
+        that is not resolved; write the changes and tell the listeners. Returns the incidents
+        that changed (snapshots)."""
+        with self._lock:
+            changed = self._fold(findings, now_ns)
+            if context is not None:
+                for inc in changed:
+                    if inc.causes and inc.status is not Status.RESOLVED:
+                        inc.extra_evidence = context(inc.snapshot())
+            out = [inc.snapshot() for inc in changed]
+            self._write(out)
+            for inc in out:
+                log.info("incident %s %s: %s", inc.incident_id, inc.status, inc.summary)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(out, now_ns)
+        return out
+
+    @staticmethod
+    def _stamp(inc: Incident, now_ns: int) -> int:
+        # A mitigating row was written when the action ran, maybe after this round began: each
+        # row of an incident is later than the one before, or the latest would not be its state.
+        return max(now_ns, inc.updated_ns + 1) if inc.status is Status.MITIGATING else now_ns
+
+    def _fold(self, findings: list[Finding], now_ns: int) -> list[Incident]:
         changed: dict[str, Incident] = {}
         by_service: dict[str, list[Finding]] = defaultdict(list)
-        firing = {f.subject for f in findings} | set(self.open)
+        firing = {f.subject for f in findings} | set(self._open)
         for f in findings:
             by_service[self._subject(f, firing)].append(f)
         for service, fs in by_service.items():
-            inc = self.open.get(service)
+            inc = self._open.get(service)
             if inc is None:
                 inc = Incident(f"inc-{uuid.uuid4().hex[:12]}", service, now_ns, now_ns, now_ns)
-                self.open[service] = inc
+                self._open[service] = inc
             before = (inc.causes[0].entity, inc.causes[0].fault_class) if inc.causes else None
             for f in fs:
                 key = (f.detector, f.entity, f.fault_class)
@@ -212,27 +371,38 @@ class IncidentTracker:
                     # first fired, or the incident's onset would creep forward.
                     f = replace(f, start_ns=seen.start_ns)
                 inc.findings[key] = f
-            inc.causes = rank_causes(list(inc.findings.values()), self.calls)
+            inc.causes = rank_causes(list(inc.findings.values()), self._calls)
             inc.last_firing_ns = now_ns
             after = (inc.causes[0].entity, inc.causes[0].fault_class)
             # Persist when the verdict changes, and every refresh_s while the evidence grows.
             if before != after or inc.updated_ns == inc.opened_ns \
                     or now_ns - inc.updated_ns >= self.refresh_ns:
-                inc.updated_ns = now_ns
+                inc.updated_ns = self._stamp(inc, now_ns)
                 changed[inc.incident_id] = inc
-        for service, inc in list(self.open.items()):
+        for service, inc in list(self._open.items()):
             if now_ns - inc.last_firing_ns >= self.resolve_after_ns:
-                inc.status, inc.closed_ns, inc.updated_ns = Status.RESOLVED, now_ns, now_ns
-                del self.open[service]
+                inc.updated_ns = self._stamp(inc, now_ns)
+                inc.status, inc.closed_ns = Status.RESOLVED, now_ns
+                del self._open[service]
                 changed[inc.incident_id] = inc
         return list(changed.values())
 
     def mark_mitigating(self, incident_id: str, now_ns: int) -> Incident | None:
-        for inc in self.open.values():
-            if inc.incident_id == incident_id and inc.status is Status.OPEN:
-                inc.status, inc.updated_ns = Status.MITIGATING, max(now_ns, inc.updated_ns + 1)
-                return inc
+        """An action was taken for an open incident: it is ``mitigating``, and written so.
+        None (nothing written) when it is not open: resolved, or already mitigating."""
+        with self._lock:
+            for inc in self._open.values():
+                if inc.incident_id == incident_id and inc.status is Status.OPEN:
+                    inc.status, inc.updated_ns = Status.MITIGATING, max(now_ns,
+                                                                         inc.updated_ns + 1)
+                    snap = inc.snapshot()
+                    self._write([snap])
+                    return snap
         return None
+
+    def _write(self, incidents: list[Incident]) -> None:
+        if incidents and self.store is not None:
+            self.store.append("incidents", to_table(incidents))
 
 
 def to_table(incidents: list[Incident]) -> pa.Table:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from aiops import semconv
 from aiops.analytics.findings import Entity, EvidenceKind, FaultClass, Finding
 from aiops.store import Store
 
@@ -47,18 +48,16 @@ def parse_windows(text: str) -> list[BurnWindow]:
     return out
 
 
-_SQL = """
-SELECT attributes->>'aiops.model.version' AS version,
+_SQL = f"""
+SELECT {semconv.ROUTED_VERSION_SQL} AS version,
        count(*) AS total,
        count(*) FILTER (WHERE duration_ns > ?) AS slow,
-       count(*) FILTER (WHERE TRY_CAST(attributes->>'http.response.status_code' AS INTEGER)
-                              >= 500) AS failed,
+       count(*) FILTER (WHERE {semconv.FAILED}) AS failed,
        arg_max(trace_id, duration_ns) AS slowest_trace,
-       arg_max(trace_id, TRY_CAST(attributes->>'http.response.status_code' AS INTEGER))
-           AS failed_trace
+       arg_max(trace_id, {semconv.FAILED}::INTEGER) AS failed_trace
 FROM spans
 WHERE service_name = 'ingress' AND kind = 'server'
-  AND attributes->>'gen_ai.request.model' = ?
+  AND {semconv.MODEL} = ?
   AND start_time > make_timestamp_ns(?) AND start_time <= make_timestamp_ns(?)
 GROUP BY ALL
 """

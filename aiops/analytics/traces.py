@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from scipy import stats
 
+from aiops import semconv
 from aiops.analytics.findings import (
     NOT_WARMUP,
-    SPAN_VERSION,
     Entity,
     EvidenceKind,
     FaultClass,
@@ -81,10 +81,8 @@ class TraceThresholds:
 _GROUPS = f"""
 WITH s AS (
   SELECT service_name AS service, name,
-         CASE WHEN service_name = ? THEN NULL ELSE {SPAN_VERSION} END
-             AS version, attributes->>'gen_ai.request.model' AS model,
-         duration_ns, status_code = 'error'
-             OR TRY_CAST(attributes->>'http.response.status_code' AS INTEGER) >= 500 AS failed,
+         CASE WHEN service_name = ? THEN NULL ELSE {semconv.VERSION} END
+             AS version, {semconv.MODEL} AS model, duration_ns, {semconv.FAILED} AS failed,
          trace_id, epoch_ns(end_time) >= ? AS current
   FROM spans
   -- By end time: a span is evidence from when it is known (a 5 s request that started before

@@ -158,7 +158,7 @@ def soak(base: Settings, minutes: float, keep_dir: Path,
                       len(samples), sum(s.status != 200 for s in samples), stored)
 
 
-# Settings replayed by ``sweep``: the P10 defaults (median shift only, 20 s window, 5 s
+# Settings replayed by ``sweep``: the earlier defaults (median shift only, 20 s window, 5 s
 # rounds), the defaults now, and neighbours of them.
 SETTINGS: dict[str, tuple[float, TraceThresholds]] = {
     "P10 defaults (shift test only, 20 s window, 5 s rounds)":

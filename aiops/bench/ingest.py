@@ -170,7 +170,8 @@ def _store_rates(bodies: list[bytes], workdir: Path) -> tuple[float, float]:
     sample = first.to_pylist()
     placeholders = ", ".join("?" for _ in SPANS.columns)
     started = time.perf_counter()
-    conn.executemany(f"INSERT INTO spans VALUES ({placeholders})",
+    conn.executemany(f"INSERT INTO spans ({', '.join(SPANS.column_names)}) "
+                     f"VALUES ({placeholders})",
                      [[r[c] for c in SPANS.column_names] for r in sample])
     row_rate = len(sample) / (time.perf_counter() - started)
     conn.close()

@@ -1,4 +1,4 @@
-"""``aiops bench phoenix``: span ingest beside Arize Phoenix's OTLP receiver (P15).
+"""``aiops bench phoenix``: span ingest beside Arize Phoenix's OTLP receiver.
 
 Both servers get the same pre-encoded OTLP/HTTP protobuf trace requests in the same run, each
 on core 0 with the clients on the other core. A span counts once it is stored: for aiops when

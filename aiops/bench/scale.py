@@ -1,5 +1,5 @@
 """``aiops bench scale``: the correlation and dashboard queries over a store of many spans and
-log records (P15: 10M + 10M, goal p95 <= 100 ms per query).
+log records (10M + 10M by default; goal p95 <= 100 ms per query).
 
 The store is a real DuckDB file written through :class:`~aiops.store.Store` in time order,
 as the server's ingest writes it: ``hours`` of two-span traces (the ingress SERVER span and

@@ -1,4 +1,4 @@
-"""``aiops bench scale``, ``volume`` and ``phoenix``: what one server holds (P15)."""
+"""``aiops bench scale``, ``volume`` and ``phoenix``: what one server holds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``aiops bench volume``: a whole cluster's telemetry, live, into one aiops server (P15).
+"""``aiops bench volume``: a whole cluster's telemetry, live, into one aiops server.
 
 A cluster of N nodes x R replicas x Q requests per second per replica, each request three
 spans (the ingress SERVER span, the replica's span, a backend span) and two log records, sent

@@ -16,8 +16,8 @@ NAB standard score (normalised over its files) and its event-level F1. Beside ea
   chosen on the same six categories;
 * a sweep range: the min-max of the held-out figure over every candidate of the grid (each at
   its own threshold chosen on the six); for the baseline, over the windowed-Gaussian family;
-* the "oracle" event-F1 at the held-out category's own best threshold (the figure of the
-  tracker issue, optimistic by construction).
+* the "oracle" event-F1 at the held-out category's own best threshold (optimistic by
+  construction).
 
 ``artificialNoAnomaly`` has no windows: as a held-out fold it has no NAB normalisation and no F1,
 so its false-positive alarms are reported instead; it does take part in every training set.

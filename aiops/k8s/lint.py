@@ -1,4 +1,4 @@
-"""``aiops k8s lint``: what the design asks of every workload, each finding with its path.
+"""``aiops k8s lint``: what every workload must have, each finding with its path.
 
 Rules, per container of every pod template (Deployment, StatefulSet, DaemonSet, Job, Pod,
 and KubeRay's RayService / RayCluster head and worker groups):

@@ -6,6 +6,10 @@ incident: a repeat would fight the first. After execution the incident is ``miti
 action is ``verified`` when the incident resolves (its SLIs recovered) within the policy's
 ``verify_s``, else ``failed`` and escalated (a ledger entry and an error log; a rollback is not
 undone, since that would send traffic back to the version that broke).
+
+Incidents belong to their tracker (``aiops.analytics.incidents``): the remediator ``attach``es to
+it, hears of each analytics round as one of its listeners, asks it to mark an incident
+``mitigating`` (the tracker writes that row) and reads which incidents are still open.
 """
 
 from __future__ import annotations
@@ -118,7 +122,15 @@ class Remediator:
         # repeat does not fight the first, but an incident whose cause changes is replanned.
         self._planned: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
+        # The incidents' owner, once attached: without one, actions mark nothing mitigating.
+        self.incidents: IncidentTracker | None = None
         self._reload_pending()
+
+    def attach(self, incidents: IncidentTracker) -> None:
+        """Act on the incidents ``incidents`` owns: hear of its rounds, mark what an action
+        was taken for ``mitigating`` there, verify against what it still has open."""
+        self.incidents = incidents
+        incidents.subscribe(self.on_round)
 
     def _reload_pending(self) -> None:
         """Actions still waiting for an approver when the server last stopped: tracked again,
@@ -155,17 +167,18 @@ class Remediator:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def on_round(self, tracker: IncidentTracker, changed: list[Incident], now_ns: int) -> None:
-        """After an analytics round: plan for new incidents, verify and expire the rest."""
+    def on_round(self, changed: list[Incident], now_ns: int) -> None:
+        """After an analytics round (the tracker's listener): plan for new incidents, verify
+        and expire the rest."""
         with self._lock:
             for inc in changed:
                 if inc.status is Status.OPEN and inc.causes and \
                         _verdict(inc) not in self._planned:
-                    self._handle(inc, tracker, now_ns)
-            self._verify(tracker, now_ns)
+                    self._handle(inc, now_ns)
+            self._verify(now_ns)
             self._expire(now_ns)
 
-    def _handle(self, inc: Incident, tracker: IncidentTracker, now_ns: int) -> None:
+    def _handle(self, inc: Incident, now_ns: int) -> None:
         try:
             with self.control() as control:
                 status = control.status()
@@ -179,17 +192,15 @@ class Remediator:
         if seen:
             action.reason = f"{action.reason}; {seen}"
         self._planned.add(_verdict(inc))
-        self._submit(action, "planner", tracker, now_ns)
+        self._submit(action, "planner", now_ns)
 
-    def propose(self, action: Action, actor: str, now_ns: int,
-                tracker: IncidentTracker | None = None) -> dict[str, Any]:
+    def propose(self, action: Action, actor: str, now_ns: int) -> dict[str, Any]:
         """An action proposed from outside the loop (the agent, chat-ops): the same policy
         decides it, and the same ledger records it, as for the planner's own."""
         with self._lock:
-            return self.describe(self._submit(action, actor, tracker, now_ns))
+            return self.describe(self._submit(action, actor, now_ns))
 
-    def _submit(self, action: Action, actor: str, tracker: IncidentTracker | None,
-                now_ns: int) -> _Tracked:
+    def _submit(self, action: Action, actor: str, now_ns: int) -> _Tracked:
         replicas = action.params.get("max_replicas")
         decision = self.policy.decide(action.kind, action.target, now_ns, self._history(),
                                       replicas if isinstance(replicas, int) else None)
@@ -206,10 +217,10 @@ class Remediator:
             self._record(tracked, "pending", "policy", now_ns, outcome)
         else:
             self._record(tracked, "approved", "policy", now_ns, outcome)
-            self._execute(tracked, tracker, now_ns)
+            self._execute(tracked, now_ns)
         return tracked
 
-    def _execute(self, t: _Tracked, tracker: IncidentTracker | None, now_ns: int) -> None:
+    def _execute(self, t: _Tracked, now_ns: int) -> None:
         try:
             with self.control() as control:
                 result = execute(control, t.action)
@@ -220,15 +231,14 @@ class Remediator:
         t.executed_ns = now_ns
         self._record(t, "executed", "executor", now_ns, {"result": result})
         log.info("executed %s: %s", t.action.action_id, t.action.describe())
-        if tracker is not None and t.action.incident_id:
-            inc = tracker.mark_mitigating(t.action.incident_id, now_ns)
-            if inc is not None:
-                from aiops.analytics.incidents import to_table
+        if self.incidents is not None and t.action.incident_id:
+            # The tracker writes the incident's new state: the one writer of incidents.
+            self.incidents.mark_mitigating(t.action.incident_id, now_ns)
 
-                self.store.append("incidents", to_table([inc]))
-
-    def _verify(self, tracker: IncidentTracker, now_ns: int) -> None:
-        open_ids = {i.incident_id for i in tracker.open.values()}
+    def _verify(self, now_ns: int) -> None:
+        if self.incidents is None:
+            return
+        open_ids = self.incidents.open_ids()
         for t in self.actions.values():
             if t.status != "executed" or t.executed_ns is None:
                 continue
@@ -267,8 +277,8 @@ class Remediator:
 
     # -- approvals ---------------------------------------------------------------------------
 
-    def decide_pending(self, action_id: str, approve: bool, who: str, now_ns: int,
-                       tracker: IncidentTracker | None = None) -> dict[str, Any]:
+    def decide_pending(self, action_id: str, approve: bool, who: str, now_ns: int
+                       ) -> dict[str, Any]:
         with self._lock:
             t = self.actions.get(action_id)
             if t is None:
@@ -287,7 +297,7 @@ class Remediator:
                 self._record(t, "denied", who, now_ns, {"reason": "denied by an approver"})
             else:
                 self._record(t, "approved", who, now_ns, {})
-                self._execute(t, tracker, now_ns)
+                self._execute(t, now_ns)
             return self.describe(t)
 
     def pending(self) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiops import semconv
 from aiops.analytics.findings import NOT_WARMUP
 from aiops.errors import AIOpsError
 from aiops.remediation.actions import Action, ActionKind, ControlPlane, new_action
@@ -35,11 +36,12 @@ log = logging.getLogger(__name__)
 NS = 1_000_000_000
 DEFAULT_STEPS = (5, 25, 50, 100)
 
+# Version and failed as the detectors read them (aiops.semconv): a 5xx without an error status
+# is a failure here as it is to the incident detector.
 _SQL = f"""
-SELECT attributes->>'aiops.model.version' AS version, duration_ns,
-       status_code = 'error' AS failed
+SELECT {semconv.VERSION} AS version, duration_ns, {semconv.FAILED} AS failed
 FROM spans
-WHERE service_name = ? AND attributes->>'aiops.model.version' IN (?, ?)
+WHERE service_name = ? AND {semconv.VERSION} IN (?, ?)
   AND start_time >= make_timestamp_ns(?) AND start_time < make_timestamp_ns(?) AND {NOT_WARMUP}
 """
 

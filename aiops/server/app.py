@@ -134,14 +134,12 @@ def create_app(settings: Settings, store: Store,
          *attachment.planes()]),
         # Not waiting: the first plan starts the memory loading instead of stalling a round.
         recall=lambda incident_id: memory.seen_before(store, incident_id, wait=False))
-    analyzer = _analyzer(settings, store, remediator) if settings.analytics else None
-
+    analyzer = _analyzer(settings, store) if settings.analytics else None
     tracker = analyzer.tracker if analyzer is not None else None
+    if tracker is not None:
+        remediator.attach(tracker)  # hears of each round; marks incidents mitigating there
     agents = AgentService(
-        settings, store,
-        lambda action, actor, now_ns: remediator.propose(action, actor, now_ns, tracker),
-        lambda action_id, approve, actor, now_ns: remediator.decide_pending(
-            action_id, approve, actor, now_ns, tracker),
+        settings, store, remediator.propose, remediator.decide_pending,
         objectives=analyzer.config.objectives if analyzer is not None else (),
         models=models_from_specs(settings.models_file) if settings.analytics else (),
         memory=memory)
@@ -297,11 +295,10 @@ def create_app(settings: Settings, store: Store,
         principal = request.state.principal
         who = request.headers.get("x-aiops-user", "api")[:64]
         who = f"{principal.name}/{who}" if principal.name != "admin" else who
-        tracker = analyzer.tracker if analyzer is not None else None
         try:
             result = await run_in_threadpool(remediator.decide_pending, action_id,
                                              verdict == "approve", f"user:{who}",
-                                             time.time_ns(), tracker)
+                                             time.time_ns())
         except KeyError:
             return JSONResponse({"error": f"no action {action_id!r}"}, status_code=404)
         except ValueError as exc:
@@ -321,7 +318,7 @@ def create_app(settings: Settings, store: Store,
                                  f"({busy[0].rollout_id})"}, status_code=409)
         rollout = Rollout(body.model, body.version, store,
                           lambda: LifecycleClient.from_settings(settings),
-                          lambda a, actor, now: remediator.propose(a, actor, now, tracker),
+                          remediator.propose,
                           tuple(body.steps), body.step_s)
         rollouts[rollout.rollout_id] = rollout
         rollout.start()
@@ -386,11 +383,11 @@ def _troubled(tracker: IncidentTracker | None) -> set[tuple[str, str]]:
     none): not healthy, whatever it runs."""
     if tracker is None:
         return set()
-    return {(c.entity.service, c.entity.version or "") for inc in list(tracker.open.values())
-            for c in inc.causes}
+    return {(c.entity.service, c.entity.version or "") for inc in tracker.open.values()
+            for c in inc.causes}  # the tracker's snapshots: nothing changes under us
 
 
-def _analyzer(settings: Settings, store: Store, remediator: Remediator) -> Analyzer:
+def _analyzer(settings: Settings, store: Store) -> Analyzer:
     traces = TraceThresholds(window_s=settings.analytics_window_s)
     config = AnalyzerConfig(
         interval_s=settings.analytics_interval_s,
@@ -399,7 +396,7 @@ def _analyzer(settings: Settings, store: Store, remediator: Remediator) -> Analy
         objectives=objectives_from_specs(settings.models_file),
         calls=load_service_map(settings.service_map_file) if settings.service_map_file
         else None, own_ports=(settings.server_port,))
-    return Analyzer(store, config, on_round=remediator.on_round)
+    return Analyzer(store, config)
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ class OnnxOcrBackend:
         # How the text detector resizes an image: PaddleOCR's own default (the longer side at
         # most 960 px). RapidOCR's is the shorter side at least 736 px, which blows a 200x48
         # screenshot up to ~3000x736: 0.86 s of CPU per request instead of 0.03 s here, the
-        # same text read (docs/benchmarks.md, P13 soak).
+        # same text read (docs/benchmarks.md, "Detection at the defaults").
         self.det_limit_type = str(spec.options.get("det_limit_type", "max"))
         self.det_limit_side_len = int(spec.options.get("det_limit_side_len", 960))
         if self.det_limit_type not in ("max", "min") or \

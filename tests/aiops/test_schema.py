@@ -15,8 +15,10 @@ def test_every_table_creates_in_duckdb_with_the_declared_columns() -> None:
     for t in TABLES:
         conn.execute(t.ddl())
         described = conn.execute(f"DESCRIBE {t.name}").fetchall()
-        assert [r[0] for r in described] == t.column_names
-        assert [r[1] for r in described] == [c.kind.duckdb for c in t.columns]
+        # The written columns, then those the store derives at ingest (aiops.semconv).
+        assert [r[0] for r in described] == t.column_names + [d.name for d in t.derived]
+        assert [r[1] for r in described] == [c.kind.duckdb for c in t.columns] + [
+            d.kind.duckdb for d in t.derived]
 
 
 def test_arrow_schema_mirrors_the_declaration() -> None:

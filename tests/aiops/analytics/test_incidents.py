@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from aiops.analytics.findings import Entity, FaultClass, Finding
-from aiops.analytics.incidents import IncidentTracker, Status, rank_causes
+import json
+
+import pytest
+
+from aiops.analytics.findings import Entity, EvidenceKind, FaultClass, Finding
+from aiops.analytics.incidents import (
+    IncidentEvidence,
+    IncidentTracker,
+    RankedCauseRecord,
+    Status,
+    rank_causes,
+)
 from aiops.analytics.topology import ServiceMap
 
 NS = 1_000_000_000
@@ -30,14 +40,18 @@ def test_an_incident_resolves_when_nothing_fires_for_a_while() -> None:
     assert tracker.update([], 29 * NS) == []
     resolved = tracker.update([], 30 * NS)
     assert [(i.incident_id, i.status) for i in resolved] == [(inc.incident_id, Status.RESOLVED)]
-    assert inc.closed_ns == 30 * NS and not tracker.open
+    assert resolved[0].closed_ns == 30 * NS and not tracker.open
+    assert inc.status is Status.OPEN and inc.closed_ns is None  # a snapshot: as it was then
 
 
 def test_mitigating_is_set_by_an_action() -> None:
     tracker = IncidentTracker()
     inc = tracker.update([finding("slo_burn", Entity("echo", "v2"), FaultClass.LATENCY)], 0)[0]
-    assert tracker.mark_mitigating(inc.incident_id, NS) is inc
-    assert inc.status is Status.MITIGATING
+    marked = tracker.mark_mitigating(inc.incident_id, NS)
+    assert marked is not None and marked.incident_id == inc.incident_id
+    assert marked.status is Status.MITIGATING and marked.updated_ns == NS
+    assert tracker.open["echo"].status is Status.MITIGATING
+    assert tracker.mark_mitigating(inc.incident_id, 2 * NS) is None  # once
 
 
 def test_the_callee_ranks_above_its_caller() -> None:
@@ -77,3 +91,35 @@ def test_along_a_chain_of_calls_the_deepest_firing_service_ranks_first() -> None
                           finding("trace_errors", Entity("c", "1"), FaultClass.ERRORS, 1.0)],
                          chain)
     assert causes[0].entity == Entity("c", "1")
+
+
+def test_the_evidence_column_reads_back_as_it_was_written() -> None:
+    v2 = Entity("echo", "v2", "r1")
+    trace = v2.evidence(EvidenceKind.TRACE, "ab12", FaultClass.CPU, "runq_ms", 30, 2, 4.5)
+    cpu = Finding("ebpf_runq", v2, FaultClass.CPU, 2.0, 5, NS, "runq", [trace])
+    (inc,) = IncidentTracker().update([cpu, finding("trace_latency", Entity("echo", "v2"),
+                                                    FaultClass.LATENCY, 3.0)], NS,
+                                      context=lambda i: [{"kind": "change", "at": 1}])
+    row = inc.row()
+    evidence = IncidentEvidence.parse(row["evidence"])
+    assert evidence == inc.evidence() == IncidentEvidence.parse(json.loads(row["evidence"]))
+    top = evidence.top
+    assert isinstance(top, RankedCauseRecord)
+    assert (top.entity, top.service, top.version, top.replica, top.fault_class) == (
+        "echo@v2/r1", "echo", "v2", "r1", "cpu")
+    assert top.evidence[0].id == "ab12" and top.evidence[0].observed == 30
+    assert evidence.onset_ns == 0 and evidence.context == [{"kind": "change", "at": 1}]
+    assert [f["detector"] for f in evidence.findings] == ["ebpf_runq", "trace_latency"]
+    # The text is what readers parsed before the contract: the same keys, by the same names.
+    assert json.loads(evidence.to_json()) == json.loads(row["evidence"])
+    assert json.loads(row["evidence"])["root_causes"][0] == inc.causes[0].to_json()
+
+
+def test_evidence_parses_partial_rows_and_refuses_what_is_not_evidence() -> None:
+    assert IncidentEvidence.parse(None) == IncidentEvidence() == IncidentEvidence.parse("")
+    old = IncidentEvidence.parse({"root_causes": [{"entity": "echo@v1", "score": "0.5"}]})
+    assert old.top is not None and old.top.score == 0.5 and old.onset_ns is None
+    with pytest.raises(ValueError):
+        IncidentEvidence.parse('{"root_causes": [{"score": 1}]}')  # no entity
+    with pytest.raises(ValueError):
+        IncidentEvidence.parse("not json")

@@ -1,0 +1,95 @@
+"""One meaning of failed, version and model: the canary gate and the incident detector read the
+same requests the same way, on aiops' own spans and on an attached app's."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+import pytest
+
+from aiops import semconv
+from aiops.analytics.findings import FaultClass
+from aiops.analytics.traces import TraceThresholds, trace_findings
+from aiops.remediation.rollout import compare
+from aiops.store import Store
+from tests.aiops.analytics.telemetry import NS, T0, add_spans
+
+T = TraceThresholds(window_s=20, baseline_s=600)
+
+
+def _span(start_ns: int, service: str, attrs: dict[str, Any], resource: dict[str, Any],
+          status_code: str = "unset") -> dict[str, Any]:
+    return {"trace_id": secrets.token_hex(16), "span_id": secrets.token_hex(8),
+            "name": "POST /score", "kind": "server", "start_time": start_ns,
+            "end_time": start_ns + 40_000_000, "duration_ns": 40_000_000,
+            "status_code": status_code, "service_name": service,
+            "attributes": json.dumps(attrs), "resource_attributes": json.dumps(resource)}
+
+
+def _own(version: str, status: int) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """aiops' own serving: the model and its version as span attributes, and a 5xx reported
+    only as an HTTP status (no error status), as some instrumentations do."""
+    return ({"gen_ai.request.model": "chat", "aiops.model.version": version,
+             "http.response.status_code": status}, {"service.version": version}, "unset")
+
+
+def _attached(version: str, status: int) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """An attached Serve app: the release only as the resource's ``service.version``, the
+    older ``http.status_code`` attribute, and the error status set on failure."""
+    return ({"http.status_code": status}, {"service.version": version,
+                                           "ray.serve.replica": f"r-{version}"},
+            "error" if status >= 500 else "unset")
+
+
+CASES = {
+    "own spans, 5xx without an error status": ("chat", _own, 500),
+    "attached app spans, error status": ("shop.Scorer", _attached, 503),
+    "own spans, client errors (4xx)": ("chat", _own, 404),
+}
+
+
+def _verdicts(store: Store, service: str, shape: Any, status: int) -> tuple[bool, bool]:
+    """(the gate finds the canary failing, the detector finds the canary failing)."""
+    rows = []
+    for i in range(40):  # stable serves well before and during; the canary fails half
+        t = T0 - 200 * NS + i * 5 * NS
+        rows.append(_span(t, service, *shape("v1", 200)))
+    for i in range(20):
+        t = T0 - 19 * NS + i * NS
+        rows.append(_span(t, service, *shape("v1", 200)))
+        rows.append(_span(t, service, *shape("v2", status if i % 2 else 200)))
+    add_spans(store, rows)
+    verdict = compare(store, service, "v1", "v2", T0 - 20 * NS, T0 + NS)
+    assert verdict.ok is not None, verdict.reason  # both versions were seen by the gate
+    gate_failing = verdict.ok is False and verdict.reason.startswith("errors")
+    found = trace_findings(store, T0, T)
+    detector_failing = any(f.fault_class == FaultClass.ERRORS and f.entity.version == "v2"
+                           and f.entity.service == service for f in found)
+    return gate_failing, detector_failing
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_gate_and_the_detector_agree_on_the_same_requests(store: Store, case: str) -> None:
+    service, shape, status = CASES[case]
+    gate, detector = _verdicts(store, service, shape, status)
+    assert gate == detector == (status >= 500)
+
+
+def test_the_typed_columns_are_derived_once_at_ingest(store: Store) -> None:
+    add_spans(store, [_span(T0, "chat", *_own("v7", 502)), _span(T0, "s", *_attached("c1", 200)),
+                      _span(T0, "s", {"http.response.status_code": "oops"}, {}, "error")])
+    rows = store.query(f"SELECT {semconv.MODEL}, {semconv.VERSION}, {semconv.REPLICA}, "
+                       f"{semconv.HTTP_STATUS}, {semconv.FAILED} FROM spans ORDER BY service_name"
+                       ).rows
+    assert sorted(rows, key=str) == sorted([("chat", "v7", None, 502, True),
+                                            (None, "c1", "r-c1", 200, False),
+                                            (None, None, None, None, True)], key=str)
+
+
+def test_python_and_sql_agree_on_failed() -> None:
+    assert semconv.failed("unset", semconv.http_status({"http.status_code": "503"}))
+    assert semconv.failed("error", None)
+    assert not semconv.failed("unset", semconv.http_status({"http.response.status_code": 404}))
+    assert not semconv.failed(None, semconv.http_status({"http.response.status_code": "x"}))
