@@ -26,7 +26,7 @@ VLLM_STAMP := $(VLLM_VENV)/.aiops-installed
 PHOENIX_VENV ?= .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
 
-.PHONY: demo test bench lint install llama-wheel vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean
+.PHONY: demo test test-fast bench lint install llama-wheel vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean
 
 install: sysdeps $(STAMP) ebpf-setup
 
@@ -97,16 +97,24 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	touch $@
 
 test: install vllm-env
+	@# Three lanes, cheapest first so a broken change fails in minutes: the unit lane (no
+	@# stack), the stack lane (one session stack, the attach and live tests), then the
+	@# end-to-end demo runs ("alone"), which judge detection and recovery in seconds and so
+	@# run once the session's stack (a second Ray and eBPF collector) is gone.
 	@# As root the eBPF and Prometheus tests must run (not skip): that is how CI runs.
-	@# The end-to-end demo runs ("alone") judge detection and recovery in seconds: they run
-	@# after the rest, once the session's stack (a second Ray and eBPF collector) is gone.
 	@if [ "$$(id -u)" = 0 ]; then export AIOPS_REQUIRE_EBPF=1 AIOPS_REQUIRE_PROMETHEUS=1; fi; \
-	export AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1; \
-	$(BIN)/python -m pytest -m "not alone"; rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure"; exit 1; fi; \
-	$(BIN)/python -m pytest -m alone; rc2=$$?; \
-	if [ $$rc2 -eq 5 ]; then echo "pytest collected no 'alone' tests: that is a failure"; exit 1; fi; \
-	[ $$rc -ne 0 ] && exit $$rc; exit $$rc2
+	export AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1; rc=0; \
+	for lane in "not stack and not alone" "stack and not alone" "alone"; do \
+		echo "== pytest -m '$$lane'"; \
+		$(BIN)/python -m pytest -m "$$lane"; r=$$?; \
+		if [ $$r -eq 5 ]; then echo "pytest collected no tests for '$$lane': that is a failure"; r=1; fi; \
+		[ $$rc -eq 0 ] && rc=$$r; \
+	done; exit $$rc
+
+# The day-to-day lane: everything that needs no stack, no model server and no long
+# evaluation (`make test` runs the rest too).
+test-fast: install
+	$(BIN)/python -m pytest -m "not stack and not alone and not slow" -q
 
 demo: install
 	$(BIN)/aiops demo
@@ -124,6 +132,7 @@ bench: install phoenix-env
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 # Regenerate the generated docs (a test checks they are current).
 docs: install

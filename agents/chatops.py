@@ -40,16 +40,15 @@ from agents.memory import LazyMemory
 from agents.slack_replay import SEEN_FILE, SeenSignatures
 from agents.tools import Limits, Proposer, Toolbox
 from aiops.analytics.slo import Objective
-from aiops.auth import Role
+from aiops.auth import Access, Role
 from aiops.config import Settings
 from aiops.errors import AIOpsError, ConfigError
 from aiops.remediation.actions import Action
 from aiops.store import Store
 
 if TYPE_CHECKING:
+    from fastapi.params import Depends
     from llama_index.core.llms import LLM
-
-    from aiops.server.guard import Guards
 
 __all__ = ["AgentService", "ChatRequest", "NotAllowed", "make_router", "slack_roles"]
 
@@ -193,9 +192,11 @@ def _role(request: Request) -> Role | None:
     return principal.role if principal is not None else None
 
 
-def make_router(service: AgentService, guards: Guards) -> APIRouter:
+def make_router(service: AgentService, guards: Callable[[Access], Depends]) -> APIRouter:
     """The chat-ops routes: ``/v1/chatops`` for operators (and admins), the Slack command
-    guarded by its signature; a malformed ``slack_user_roles`` is a ConfigError here."""
+    guarded by its signature; a malformed ``slack_user_roles`` is a ConfigError here.
+    ``guards(access)`` is the server's route dependency for that access level
+    (``aiops.server.guard.Guards``, passed in: the agent does not import the server)."""
     router = APIRouter()
     settings = service.settings
     hosts = {h.strip().lower() for h in settings.slack_response_hosts.split(",") if h.strip()}

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
+from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.main
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 from aiops.attach.cli import app as attach_app
-from aiops.bench.cli import app as bench_app
 from aiops.cli_common import console, err_console, fail, settings_of
 from aiops.config import load_settings, settings_reference
 from aiops.errors import AIOpsError
@@ -21,14 +25,70 @@ from aiops.schema import schema_reference
 from aiops.sdk_cli import app as sdk_app
 from aiops.tokens_cli import app as token_app
 
-__all__ = ["app"]
+__all__ = ["HARNESS", "app"]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
+# The harness (the agent's evaluation, the demo, the benchmarks): each command's module, whose
+# ``app`` holds the command, and the command it follows in ``aiops --help``.
+HARNESS = {"eval": ("agents.evals.cli", "ask"), "demo": ("aiops.demo.cli", "sql"),
+           "bench": ("aiops.bench.cli", "token")}
+
+
+@functools.cache
+def _harness(name: str) -> Any:
+    """The command ``name`` of the harness, imported now."""
+    command = typer.main.get_command(importlib.import_module(HARNESS[name][0]).app)
+    if command.name != name:
+        raise RuntimeError(f"{HARNESS[name][0]}.app is {command.name!r}, not {name!r}")
+    return command
+
+
+class _Commands(MutableMapping[str, Any]):
+    """The root's commands: the runtime's, and the harness's by name, each imported when it is
+    first looked up (invoked, or listed by ``aiops --help``)."""
+
+    def __init__(self, runtime: Mapping[str, Any]) -> None:
+        self._runtime = dict(runtime)
+
+    def __getitem__(self, name: str) -> Any:
+        return _harness(name) if name in HARNESS else self._runtime[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._runtime[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._runtime[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in HARNESS or name in self._runtime
+
+    def __iter__(self) -> Iterator[str]:
+        names = [n for n in self._runtime if n not in HARNESS]
+        for name, (_, after) in HARNESS.items():
+            names.insert(names.index(after) + 1 if after in names else len(names), name)
+        return iter(names)
+
+    def __len__(self) -> int:
+        return len(self._runtime.keys() | HARNESS.keys())
+
+
+class _Root(TyperGroup):
+    """``aiops``: the runtime's commands, and the harness's mounted by module name. The
+    server and every other command never load the harness (import-linter's
+    no-harness-in-runtime in pyproject.toml; tests/aiops/test_layers.py)."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = _Commands(self.commands)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(self.commands)  # the names only: listing imports nothing
+
+
+app = typer.Typer(cls=_Root, no_args_is_help=True, add_completion=False,
                   help="Observability and AIOps for AI model serving.")
 config_app = typer.Typer(no_args_is_help=True, help="Show or document the configuration.")
 app.add_typer(config_app, name="config")
 app.add_typer(token_app, name="token")
-app.add_typer(bench_app, name="bench")
 app.add_typer(models_app, name="models")
 app.add_typer(attach_app, name="attach")
 app.add_typer(sdk_app, name="sdk")
@@ -36,13 +96,12 @@ app.add_typer(sdk_app, name="sdk")
 def _mount_optional() -> None:
     """Commands whose modules live beside the core (the agent, dashboards as code,
     Kubernetes)."""
-    from agents.cli import ask, evaluate
+    from agents.cli import ask
     from aiops.credentials import app as credentials_app
     from aiops.k8s.cli import app as k8s_app
     from dashboards.cli import app as dashboards_app
 
     app.command("ask")(ask)
-    app.command("eval")(evaluate)
     app.add_typer(dashboards_app, name="dashboards")
     app.add_typer(k8s_app, name="k8s")
     app.add_typer(credentials_app, name="credentials")
@@ -286,40 +345,6 @@ def action_deny(ctx: typer.Context, action_id: str,
                 user: Annotated[str, typer.Option(help="Who denies.")] = "cli") -> None:
     """Deny a pending action."""
     _decide(ctx, action_id, False, user)
-
-
-@app.command()
-def demo(
-    ctx: typer.Context,
-    scenario: Annotated[str, typer.Option(help="canary (default), error-burst, crash, cpu, "
-                                               "memory, all (those five), or node-loss "
-                                               "(starts a worker node)")] = "canary",
-    report_dir: Annotated[Path, typer.Option(help="Where the report goes.")] = Path("reports"),
-    headless: Annotated[bool, typer.Option(help="Plain log lines instead of the live view.")]
-    = False,
-    rate_scale: Annotated[float, typer.Option(
-        min=0.1, max=4.0, help="The traffic mix at this times its arrival rates (on 2 cores "
-        "node-loss wants about 0.67: docs/multinode.md).")] = 1.0,
-) -> None:
-    """Start the embedded stack, drive mixed traffic, break something, and watch detection,
-    root cause, the action under policy, verification and the chat-ops answer; write a
-    report; stop everything."""
-    from aiops.demo.runner import demo_settings, run_demo
-    from aiops.demo.scenarios import ORDER
-    from aiops.demo.traffic import DEFAULT_WORKLOADS, scaled
-
-    names = list(ORDER) if scenario == "all" else [s.strip() for s in scenario.split(",")]
-    try:
-        results = run_demo(demo_settings(_settings(ctx)), console, names, report_dir,
-                           headless or not console.is_terminal,
-                           scaled(DEFAULT_WORKLOADS, rate_scale))
-    except AIOpsError as exc:
-        raise _fail(exc) from exc
-    # Done means every scenario was detected, attributed to the right version and fault class,
-    # and recovered.
-    if not all(r.incident and r.attributed and r.recovered_at and not r.problems
-               for r in results):
-        raise typer.Exit(1)
 
 
 @config_app.command("show")

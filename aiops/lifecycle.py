@@ -1,5 +1,6 @@
 """Python client of the Serve control plane (model lifecycle): what the CLI and the automated
-actions call. Every refusal raises ``LifecycleError`` with the server's message."""
+actions call. Every refusal raises ``LifecycleError`` with the server's message; a status
+that does not fit ``aiops.control_status`` raises ``MalformedStatus``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import httpx
 from aiops.auth import ADMIN_TOKEN_FILE
 from aiops.client import error_message
 from aiops.config import Settings
+from aiops.control_status import ControlStatus, MalformedStatus
 from aiops.errors import AIOpsError, StackError
 
 __all__ = ["ADMIN_TOKEN_FILE", "LifecycleClient", "LifecycleError", "admin_token"]
@@ -32,7 +34,7 @@ class LifecycleClient:
         return cls(f"http://{settings.serve_host}:{settings.control_port}",
                    admin_token(settings))
 
-    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    def _request(self, method: str, path: str, body: Any = None) -> httpx.Response:
         try:
             resp = self._http.request(method, path, json=body)
         except httpx.HTTPError as exc:
@@ -40,11 +42,20 @@ class LifecycleClient:
                              f"{exc}") from exc
         if resp.status_code >= 400:
             raise LifecycleError(f"HTTP {resp.status_code}: {error_message(resp)}")
-        out: dict[str, Any] = resp.json()
+        return resp
+
+    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        out: dict[str, Any] = self._request(method, path, body).json()
         return out
 
-    def status(self) -> dict[str, Any]:
-        return self._call("GET", "/v1/models")
+    def status(self) -> ControlStatus:
+        resp = self._request("GET", "/v1/models")
+        source = f"the control plane at {self._http.base_url}"
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise MalformedStatus(f"{source} answered non-JSON") from exc
+        return ControlStatus.parse(data, source)
 
     def apply(self, specs: list[dict[str, Any]]) -> dict[str, Any]:
         return self._call("POST", "/v1/models/apply", {"models": specs})

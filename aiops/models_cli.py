@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from aiops.cli_common import console, fail, settings_of
+from aiops.control_status import ControlStatus, ModelStatus
 from aiops.errors import AIOpsError
 
 __all__ = ["app"]
@@ -53,20 +54,27 @@ def _lifecycle(ctx: typer.Context) -> Any:
         raise _fail(exc) from exc
 
 
-def _print_model(name: str, model: dict[str, Any]) -> None:
+def _print_model(name: str, answer: ModelStatus | dict[str, Any]) -> None:
+    """One model's versions: from the status, or an operation's answer (the model's status
+    after it)."""
+    try:
+        model = answer if isinstance(answer, ModelStatus) else \
+            ModelStatus.parse(answer, "the control plane")
+    except AIOpsError as exc:
+        raise _fail(exc) from exc
     t = Table("version", "weight %", "backend", "digest", "faults",
-              title=f"{name} (stable: {model.get('stable')})")
-    for v in model["versions"]:
-        t.add_row(v["version"], str(v["weight"]), v["backend"], (v["digest"] or "")[:19],
-                  json.dumps(v["faults"]) if v["faults"] else "")
+              title=f"{name} (stable: {model.stable})")
+    for v in model.versions:
+        t.add_row(v.version, str(v.weight), v.backend or "", (v.digest or "")[:19],
+                  json.dumps(v.faults) if v.faults else "")
     console.print(t)
 
 
-def _run_lifecycle(ctx: typer.Context, op: str, *args: Any) -> dict[str, Any]:
+def _run_lifecycle(ctx: typer.Context, op: str, *args: Any) -> Any:
+    """The client's answer to ``op``: a ``ControlStatus`` for status, else a JSON object."""
     client = _lifecycle(ctx)
     try:
-        result: dict[str, Any] = getattr(client, op)(*args)
-        return result
+        return getattr(client, op)(*args)
     except AIOpsError as exc:
         raise _fail(exc) from exc
     finally:
@@ -97,7 +105,8 @@ def models_apply(
 @models_app.command("status")
 def models_status(ctx: typer.Context) -> None:
     """Versions, traffic weights, digests and faults of every model in the running stack."""
-    for name, model in _run_lifecycle(ctx, "status")["models"].items():
+    status: ControlStatus = _run_lifecycle(ctx, "status")
+    for name, model in status.models.items():
         _print_model(name, model)
 
 

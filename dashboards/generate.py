@@ -14,7 +14,6 @@ from typing import Any
 
 import yaml
 
-from aiops.analytics.engine import objectives_from_specs
 from dashboards.datasources import (
     DEFAULT_PROMETHEUS_URL,
     DEFAULT_SERVER_URL,
@@ -27,6 +26,7 @@ from dashboards.panels import Board
 from dashboards.pipeline import pipeline
 from dashboards.serving import canary, overview
 from dashboards.slo import slo
+from serve.specs import objectives_from_specs
 
 __all__ = ["GENERATED", "PACKAGE_DIR", "PROVISIONING", "boards", "render", "write"]
 

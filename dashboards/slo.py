@@ -4,19 +4,20 @@ requests slower than the model's ``p95_ms`` (budget 5%) or ``p99_ms`` (1%), an e
 as the share of 5xx answers over ``error_rate``; burn = bad share / budget.
 
 The objectives come from the model specs when the dashboards are generated
-(``objectives_from_specs``, the analyzer's own reading of ``qos.slo``); a deployment with other
-specs regenerates them with ``aiops dashboards generate --models FILE``.
+(``serve.specs.objectives_from_specs``, the same reading of ``qos.slo`` the server hands the
+analyzer); a deployment with other specs regenerates them with
+``aiops dashboards generate --models FILE``.
 """
 
 from __future__ import annotations
 
 from aiops import semconv
-from aiops.analytics.engine import objectives_from_specs
-from aiops.analytics.slo import BurnWindow, Objective, parse_windows
 from aiops.config import Settings
+from aiops.slo_spec import BurnWindow, Objective, parse_windows
 from dashboards.infinity import Column, Infinity
 from dashboards.panels import Board, table_panel, timeseries_panel
 from dashboards.sql import INGRESS_SPANS, MODEL, RANGE, VERSION, bucket, in_range
+from serve.specs import objectives_from_specs
 
 __all__ = ["default_windows", "slo"]
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from aiops.config import Settings
+from aiops.datadir import NODES_FILE
 from aiops.errors import StackError
 from aiops.schema import NODE_ATTR
-from collectors.ebpf.attribution import NODES_FILE
 
 __all__ = ["HEAD", "NodeInfo", "RayCluster", "lose_node", "read_nodes", "start_ray"]
 

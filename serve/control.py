@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from aiops.control_status import ControlStatus, ModelStatus, ReplicaBounds, VersionStatus
 from aiops.errors import AIOpsError
 from serve.app import deploy_config
 from serve.gates import GateFailed, Trust, static_checks
@@ -75,19 +76,20 @@ class ServeControl:
     def specs(self) -> list[ModelSpec]:
         return list(self._specs)
 
-    def status(self) -> dict[str, Any]:
-        models: dict[str, Any] = {}
+    def status(self) -> ControlStatus:
+        models: dict[str, list[VersionStatus]] = {}
         for s in self._specs:
-            m = models.setdefault(s.name, {"stable": self.stable.get(s.name), "versions": []})
-            m["versions"].append({
-                "version": s.version, "weight": _weight(s), "backend": s.backend,
-                "deployment": s.deployment_name,
-                "digest": s.artifact.digest() if s.artifact is not None else None,
-                "autoscaling": {"min_replicas": s.autoscaling.min_replicas,
-                                "max_replicas": s.autoscaling.max_replicas},
-                "faults": s.faults.model_dump(exclude_defaults=True),
-                "shed": [p.value for p in s.shed]})
-        return {"models": models}
+            models.setdefault(s.name, []).append(VersionStatus(
+                version=s.version, weight=_weight(s), backend=s.backend,
+                deployment=s.deployment_name,
+                digest=s.artifact.digest() if s.artifact is not None else None,
+                autoscaling=ReplicaBounds(min_replicas=s.autoscaling.min_replicas,
+                                          max_replicas=s.autoscaling.max_replicas),
+                faults=s.faults.model_dump(exclude_defaults=True),
+                shed=[p.value for p in s.shed]))
+        return ControlStatus(models={
+            name: ModelStatus(stable=self.stable.get(name), versions=versions)
+            for name, versions in models.items()})
 
     # -- operations ------------------------------------------------------------------------
 

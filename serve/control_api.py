@@ -76,7 +76,7 @@ def create_control_app(control: ServeControl, token: str) -> FastAPI:
 
     @app.get("/v1/models")
     async def status() -> dict[str, Any]:
-        return control.status()
+        return control.status().wire()
 
     @app.post("/v1/models/apply")
     async def apply(body: ApplyBody) -> dict[str, Any]:
@@ -122,8 +122,7 @@ def create_control_app(control: ServeControl, token: str) -> FastAPI:
     @app.put("/v1/models/{model}/shed")
     async def shed(model: str, body: ShedBody) -> dict[str, Any]:
         await run_in_threadpool(control.shed, model, body.classes)
-        state: dict[str, Any] = control.status()["models"][model]
-        return state
+        return _model_status(control, model)
 
     @app.put("/v1/models/{model}/versions/{version}/faults")
     async def faults(model: str, version: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -134,5 +133,5 @@ def create_control_app(control: ServeControl, token: str) -> FastAPI:
 
 
 def _model_status(control: ServeControl, model: str) -> dict[str, Any]:
-    status: dict[str, Any] = control.status()["models"][model]
-    return status
+    """The model's status as ``GET /v1/models`` reports it (only the fields set)."""
+    return control.status().models[model].wire()

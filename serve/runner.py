@@ -26,8 +26,8 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from aiops.auth import ADMIN_TOKEN_FILE, ensure_secret, stack_credential
 from aiops.config import Settings, load_settings
+from aiops.datadir import NODES_FILE, REPLICAS_FILE
 from aiops.logs import configure_json_logging
-from collectors.ebpf.attribution import NODES_FILE, REPLICAS_FILE
 from serve.app import APP_NAME
 from serve.cluster import start_ray
 from serve.control import DeployFailed, ServeControl

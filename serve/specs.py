@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from aiops.errors import ConfigError
+from aiops.slo_spec import Objective
 
 __all__ = [
     "DEFAULT_SPECS_FILE",
@@ -39,6 +40,8 @@ __all__ = [
     "Warmup",
     "WarmupRequest",
     "load_specs",
+    "models_from_specs",
+    "objectives_from_specs",
 ]
 
 DEFAULT_SPECS_FILE = Path(__file__).with_name("models.yaml")
@@ -387,6 +390,24 @@ def load_specs(path: Path = DEFAULT_SPECS_FILE) -> list[ModelSpec]:
             raise SpecError(f"{path}: model {s.name!r}: unknown backend {s.backend!r} "
                             f"(known: {', '.join(known)})")
     return specs
+
+
+def models_from_specs(models_file: Path | None) -> tuple[str, ...]:
+    """The model names the specs declare (what the agent knows before any traffic)."""
+    return tuple(dict.fromkeys(s.name for s in load_specs(models_file or DEFAULT_SPECS_FILE)))
+
+
+def objectives_from_specs(models_file: Path | None) -> tuple[Objective, ...]:
+    """SLOs as the model specs state them (``qos.slo``); models without one are skipped. The
+    server hands them to the analyzer (``AnalyzerConfig.objectives``), the dashboards draw
+    them."""
+    out = {}
+    for spec in load_specs(models_file or DEFAULT_SPECS_FILE):
+        slo = spec.qos.slo
+        latency, budget = (slo.p95_ms, 0.05) if slo.p95_ms else (slo.p99_ms, 0.01)
+        if latency or slo.error_rate:
+            out[spec.name] = Objective(spec.name, latency, budget, slo.error_rate)
+    return tuple(out.values())
 
 
 def _anchor(spec: ModelSpec, base: Path) -> ModelSpec:

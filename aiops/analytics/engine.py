@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aiops.analytics.correlate import context_evidence
@@ -29,7 +28,7 @@ from aiops.analytics.traces import TraceThresholds, trace_findings
 from aiops.errors import AIOpsError
 from aiops.store import Store
 
-__all__ = ["Analyzer", "AnalyzerConfig", "models_from_specs", "objectives_from_specs"]
+__all__ = ["Analyzer", "AnalyzerConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -49,26 +48,6 @@ class AnalyzerConfig:
     # This server's ports: retransmits on a replica's telemetry export to it say how busy
     # the observer is, not that the replica's network is faulty.
     own_ports: tuple[int, ...] = ()
-
-
-def models_from_specs(models_file: Path | None) -> tuple[str, ...]:
-    """The model names the specs declare (what the agent knows before any traffic)."""
-    from serve.specs import DEFAULT_SPECS_FILE, load_specs
-
-    return tuple(dict.fromkeys(s.name for s in load_specs(models_file or DEFAULT_SPECS_FILE)))
-
-
-def objectives_from_specs(models_file: Path | None) -> tuple[Objective, ...]:
-    """SLOs as the model specs state them (``qos.slo``); models without one are skipped."""
-    from serve.specs import DEFAULT_SPECS_FILE, load_specs
-
-    out = {}
-    for spec in load_specs(models_file or DEFAULT_SPECS_FILE):
-        slo = spec.qos.slo
-        latency, budget = (slo.p95_ms, 0.05) if slo.p95_ms else (slo.p99_ms, 0.01)
-        if latency or slo.error_rate:
-            out[spec.name] = Objective(spec.name, latency, budget, slo.error_rate)
-    return tuple(out.values())
 
 
 @dataclass

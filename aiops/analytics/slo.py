@@ -11,41 +11,15 @@ significance, the short one so that it stops firing soon after recovery).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from aiops import semconv
 from aiops.analytics.findings import Entity, EvidenceKind, FaultClass, Finding
+from aiops.slo_spec import BurnWindow, Objective, parse_windows  # the values (re-exported)
 from aiops.store import Store
 
 __all__ = ["BurnWindow", "Objective", "burn_findings", "parse_windows"]
 
 NS = 1_000_000_000
-
-
-@dataclass(frozen=True)
-class BurnWindow:
-    long_s: float
-    short_s: float
-    threshold: float
-
-
-@dataclass(frozen=True)
-class Objective:
-    model: str
-    latency_ms: float | None = None
-    latency_budget: float = 0.05  # share of requests allowed above latency_ms
-    error_budget: float | None = None  # share of requests allowed to fail
-
-
-def parse_windows(text: str) -> list[BurnWindow]:
-    """``"60/10/6,600/60/3"``: long seconds / short seconds / burn threshold, comma-separated."""
-    out = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        long_s, short_s, threshold = (float(x) for x in part.split("/"))
-        if not 0 < short_s < long_s or threshold <= 0:
-            raise ValueError(f"burn window {part!r}: need 0 < short < long and threshold > 0")
-        out.append(BurnWindow(long_s, short_s, threshold))
-    return out
 
 
 _SQL = f"""

@@ -66,8 +66,9 @@ class TraceThresholds:
     # ...and at least this much slower than the baseline's median. Not a figure fitted to any
     # trace: CPU scheduling alone delays a runnable thread by a scheduler period (CFS: 6 ms x
     # (1 + log2 cores), 12 ms on 2 cores) each time it is preempted, so on a busy node a
-    # request of a few ms can take two periods longer with nothing wrong (the attached soak
-    # of issue P17: a 5 ms handle call, 7 of 152 spans over 15 ms, median unchanged).
+    # request of a few ms can take two periods longer with nothing wrong (the soak of the
+    # attached composed app, docs/benchmarks.md: a 5 ms handle call, 7 of 152 spans over 15 ms,
+    # median unchanged).
     tail_min_excess_ms: float = 25.0
     tail_quantile: float = 0.99
     tail_min: int = 2

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from aiops.attach.history import ConfigHistory
 from aiops.attach.ray_serve import AttachError, RayServe, ServeApp, discover
 from aiops.config import AttachTarget
+from aiops.control_status import ControlStatus, ModelStatus, ReplicaBounds, VersionStatus
 from aiops.errors import AIOpsError
 from aiops.identity import app_version, deployment_version
 from aiops.remediation.actions import ControlPlane, NotSupported
@@ -34,15 +35,15 @@ class _Plane(ControlPlane, Protocol):
     def close(self) -> None: ...
 
 
-def _bounds(app: ServeApp, deployments: list[str]) -> dict[str, int]:
+def _bounds(app: ServeApp, deployments: list[str]) -> ReplicaBounds:
     chosen = [d for d in app.deployments if d.name in deployments] or list(app.deployments)
     for d in chosen:
         if d.autoscaling:
             lo = int(d.autoscaling.get("min_replicas", 1))
-            return {"min_replicas": lo, "max_replicas": int(d.autoscaling.get("max_replicas",
-                                                                              lo))}
+            return ReplicaBounds(min_replicas=lo,
+                                 max_replicas=int(d.autoscaling.get("max_replicas", lo)))
     n = max((d.num_replicas or len(d.replicas) for d in chosen), default=1)
-    return {"min_replicas": n, "max_replicas": n}
+    return ReplicaBounds(min_replicas=n, max_replicas=n)
 
 
 def _deployments_of(app: ServeApp, service: str) -> list[str]:
@@ -57,11 +58,11 @@ def _version_in(config: dict[str, Any], deployments: list[str]) -> str:
 
 
 def serve_status(apps: list[ServeApp], history: ConfigHistory, target: str
-                 ) -> dict[str, Any]:
+                 ) -> ControlStatus:
     """Every service of every declaratively deployed app (its ingress' and each of its
     deployments'), each with its app's current and healthy releases: an incident on any
     deployment of a composed app is acted on through that app's config."""
-    models: dict[str, Any] = {}
+    models: dict[str, ModelStatus] = {}
     for app in apps:
         if app.config is None:
             continue  # deployed with serve.run: nothing aiops could re-apply
@@ -69,15 +70,15 @@ def serve_status(apps: list[ServeApp], history: ConfigHistory, target: str
             deps = _deployments_of(app, service)
             current = app.version_of(deps[0]) if deps else app.version
             healthy = [_version_in(h.config, deps) for h in history.healthy(app.name)]
-            versions = [{"version": current, "weight": 100, "app": app.name,
-                         "deployments": deps, "autoscaling": _bounds(app, deps),
-                         "status": app.status}]
-            versions += [{"version": v, "weight": 0, "app": app.name}
+            versions = [VersionStatus(version=current, weight=100, app=app.name,
+                                      deployments=deps, autoscaling=_bounds(app, deps),
+                                      status=app.status)]
+            versions += [VersionStatus(version=v, weight=0, app=app.name)
                          for v in dict.fromkeys(healthy) if v != current]
-            models[service] = {"stable": healthy[-1] if healthy else None,
-                               "versions": versions, "target": target, "kind": "ray",
-                               "app": app.name}
-    return {"models": models}
+            models[service] = ModelStatus(stable=healthy[-1] if healthy else None,
+                                          versions=versions, target=target, kind="ray",
+                                          app=app.name)
+    return ControlStatus(models=models)
 
 
 class ServeControl:
@@ -95,7 +96,7 @@ class ServeControl:
         details = self._rest.details()
         return details, discover(details)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ControlStatus:
         return serve_status(self._read()[1], self.history, self.target.name)
 
     def _app(self, apps: list[ServeApp], model: str) -> ServeApp:
@@ -188,10 +189,11 @@ class VllmControl:
     def close(self) -> None:
         pass
 
-    def status(self) -> dict[str, Any]:
-        return {"models": {m: {"stable": None, "target": self.target.name, "kind": "vllm",
-                               "versions": [{"version": self._tag() or m, "weight": 100}]}
-                           for m in self._models()}}
+    def status(self) -> ControlStatus:
+        return ControlStatus(models={
+            m: ModelStatus(stable=None, target=self.target.name, kind="vllm",
+                           versions=[VersionStatus(version=self._tag() or m, weight=100)])
+            for m in self._models()})
 
     def _refuse(self, what: str) -> dict[str, Any]:
         raise NotSupported(f"{what}: vLLM server {self.target.name} ({self.target.url}) runs "
@@ -253,12 +255,12 @@ class Planes:
                     errors.append(exc)
         return self._planes
 
-    def status(self) -> dict[str, Any]:
-        models: dict[str, Any] = {}
+    def status(self) -> ControlStatus:
+        models: dict[str, ModelStatus] = {}
         errors: list[AIOpsError] = []
         for plane in self._all(errors):
             try:
-                part = plane.status()["models"]
+                part = plane.status().models
             except AIOpsError as exc:
                 errors.append(exc)
                 continue
@@ -273,7 +275,7 @@ class Planes:
             raise errors[0]
         for err in errors:  # the others answered: one down (or absent) is not the end
             log.info("a control plane cannot be read: %s", err)
-        return {"models": models}
+        return ControlStatus(models=models)
 
     def _of(self, model: str) -> _Plane:
         if model not in self._owner:

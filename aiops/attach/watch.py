@@ -25,8 +25,8 @@ from aiops.attach.control import ServeControl, VllmControl
 from aiops.attach.history import ConfigHistory
 from aiops.attach.ray_serve import RayServe, ServeApp, service_map
 from aiops.config import AttachTarget, Settings
+from aiops.datadir import ATTACHED_REPLICAS_FILE
 from aiops.errors import AIOpsError, ConfigError
-from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE
 from collectors.prometheus import Target
 
 __all__ = ["MANAGED_FILE", "Attachment", "load_managed", "save_managed", "targets_of"]

@@ -15,7 +15,9 @@ from aiops.errors import AIOpsError
 
 __all__ = ["app"]
 
-app = typer.Typer(no_args_is_help=True, help="Benchmarks (figures in docs/benchmarks.md).")
+# Harness: ``aiops.cli`` mounts it by name (HARNESS) and imports it only when it is invoked.
+app = typer.Typer(name="bench", no_args_is_help=True, add_completion=False,
+                  help="Benchmarks (figures in docs/benchmarks.md).")
 bench_app = app
 _fail = fail
 bench_app.command("scale")(bench_scale)

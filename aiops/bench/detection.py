@@ -24,11 +24,12 @@ from typing import Any
 
 from rich.console import Console
 
-from aiops.analytics.engine import Analyzer, AnalyzerConfig, objectives_from_specs
+from aiops.analytics.engine import Analyzer, AnalyzerConfig
 from aiops.analytics.slo import parse_windows
 from aiops.analytics.traces import TraceThresholds
 from aiops.config import Settings
 from aiops.store import Store
+from serve.specs import objectives_from_specs
 
 __all__ = ["DemoRun", "SoakResult", "SweepRow", "demo_runs", "soak", "sweep"]
 
@@ -161,7 +162,7 @@ def soak(base: Settings, minutes: float, keep_dir: Path,
 # Settings replayed by ``sweep``: the earlier defaults (median shift only, 20 s window, 5 s
 # rounds), the defaults now, and neighbours of them.
 SETTINGS: dict[str, tuple[float, TraceThresholds]] = {
-    "P10 defaults (shift test only, 20 s window, 5 s rounds)":
+    "earlier defaults (shift test only, 20 s window, 5 s rounds)":
         (5.0, TraceThresholds(window_s=20, tail_min=10**9)),
     "shift test only, 10 s window, 1 s rounds": (1.0, TraceThresholds(window_s=10,
                                                                       tail_min=10**9)),

@@ -181,7 +181,7 @@ def _replica_on(data_dir: Path, node: str, preferred: list[str]) -> tuple[str, s
     else any (the agent's own, which no client calls)."""
     import json
 
-    from collectors.ebpf.attribution import REPLICAS_FILE
+    from aiops.datadir import REPLICAS_FILE
 
     try:
         rows = json.loads((data_dir / REPLICAS_FILE).read_text())

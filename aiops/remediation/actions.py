@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from aiops.control_status import ControlStatus
 from aiops.errors import AIOpsError
 
 __all__ = ["Action", "ActionKind", "ControlPlane", "NotSupported", "execute", "new_action"]
@@ -28,7 +29,7 @@ class NotSupported(AIOpsError):
 class ControlPlane(Protocol):
     """What remediation needs of the control plane; ``aiops.lifecycle.LifecycleClient``."""
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> ControlStatus: ...
     def rollback(self, model: str) -> dict[str, Any]: ...
     def set_traffic(self, model: str, weights: dict[str, int]) -> dict[str, Any]: ...
     def canary(self, model: str, version: str, percent: int) -> dict[str, Any]: ...

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from aiops.analytics.findings import FaultClass
 from aiops.analytics.incidents import Incident, IncidentTracker, Status
+from aiops.control_status import ControlStatus, ReplicaBounds
 from aiops.errors import AIOpsError
 from aiops.remediation.actions import Action, ActionKind, ControlPlane, execute, new_action
 from aiops.remediation.policy import Mode, Past, Policy
@@ -41,7 +42,7 @@ RESTARTABLE = ("memory",)
 SCALE_CEILING = 4  # replicas the planner scales to before it sheds batch load instead
 
 
-def plan(incident: Incident, status: dict[str, Any], now_ns: int) -> Action | None:
+def plan(incident: Incident, status: ControlStatus, now_ns: int) -> Action | None:
     """What to do about an incident, given the models' versions and weights (or None)."""
     if not incident.causes:
         return None
@@ -50,20 +51,20 @@ def plan(incident: Incident, status: dict[str, Any], now_ns: int) -> Action | No
         # Serve reschedules a lost node's replicas on the nodes left; the incident resolves
         # once they are replaced. A rollback or restart would not bring the node back.
         return None
-    model = status.get("models", {}).get(cause.entity.service)
+    model = status.models.get(cause.entity.service)
     if model is None or cause.entity.version is None:
         return None
-    versions = {v["version"]: v for v in model["versions"]}
-    mine = versions.get(cause.entity.version)
+    mine = model.version(cause.entity.version)
     if mine is None:
         return None
-    others = [v for n, v in versions.items() if n != cause.entity.version]
+    others = [v for v in model.versions if v.version != cause.entity.version]
     evidence = [e.id for e in cause.evidence][:8]
     reason = f"{incident.incident_id}: {cause.fault_class} on {cause.entity}"
-    stable = model.get("stable")
+    stable = model.stable
     # A known-good version other than the faulty one: return to it, whether the faulty one is
     # a canary (weight < 100) or replaced it entirely (an attached Serve app's new config).
-    if others and stable not in (None, cause.entity.version) and stable in versions:
+    if others and stable is not None and stable != cause.entity.version and \
+            model.version(stable) is not None:
         action = new_action(incident.incident_id, ActionKind.ROLLBACK, cause.entity.service,
                             cause.entity.version, now_ns, to=stable)
     elif str(cause.fault_class) in RESTARTABLE and cause.entity.replica:
@@ -72,8 +73,8 @@ def plan(incident: Incident, status: dict[str, Any], now_ns: int) -> Action | No
                             cause.entity.service, cause.entity.version, now_ns,
                             replica=cause.entity.replica)
     elif str(cause.fault_class) in SCALABLE:
-        bounds = mine.get("autoscaling") or {"min_replicas": 1, "max_replicas": 1}
-        if bounds["min_replicas"] >= SCALE_CEILING:
+        bounds = mine.autoscaling or ReplicaBounds(min_replicas=1, max_replicas=1)
+        if bounds.min_replicas >= SCALE_CEILING:
             # Scaled out as far as the plan goes: keep interactive traffic within its SLO by
             # refusing the batch class until the incident resolves.
             action = new_action(incident.incident_id, ActionKind.SHED_LOAD,
@@ -82,9 +83,9 @@ def plan(incident: Incident, status: dict[str, Any], now_ns: int) -> Action | No
         else:
             action = new_action(incident.incident_id, ActionKind.SCALE, cause.entity.service,
                                 cause.entity.version, now_ns,
-                                min_replicas=bounds["min_replicas"] + 1,
-                                max_replicas=max(bounds["max_replicas"],
-                                                 bounds["min_replicas"] + 1))
+                                min_replicas=bounds.min_replicas + 1,
+                                max_replicas=max(bounds.max_replicas,
+                                                 bounds.min_replicas + 1))
     else:
         return None
     action.reason, action.evidence = reason, evidence

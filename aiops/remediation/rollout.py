@@ -153,12 +153,11 @@ class Rollout:
         self.status = "running"
         try:
             with self.control() as control:
-                model = control.status()["models"].get(self.model)
-                if model is None or self.version not in {v["version"]
-                                                         for v in model["versions"]}:
+                model = control.status().models.get(self.model)
+                if model is None or model.version(self.version) is None:
                     raise AIOpsError(f"{self.model} has no version {self.version}: apply it "
                                      "first (unrouted), then roll it out")
-                self.stable = model.get("stable")
+                self.stable = model.stable
                 if self.stable in (None, self.version):
                     raise AIOpsError(f"{self.model} has no other stable version to compare "
                                      f"{self.version} with")

@@ -36,12 +36,7 @@ from pydantic import BaseModel, Field, field_validator
 from agents.chatops import SLACK_MAX_BODY, AgentService
 from agents.chatops import make_router as chatops_router
 from agents.memory import LazyMemory
-from aiops.analytics.engine import (
-    Analyzer,
-    AnalyzerConfig,
-    models_from_specs,
-    objectives_from_specs,
-)
+from aiops.analytics.engine import Analyzer, AnalyzerConfig
 from aiops.analytics.incidents import IncidentTracker
 from aiops.analytics.slo import parse_windows
 from aiops.analytics.topology import load_service_map
@@ -66,6 +61,7 @@ from aiops.store import Store
 from collectors.otlp.receiver import ReceiverMetrics, make_router
 from collectors.otlp.writer import BatchWriter, MemoryBudget
 from collectors.prometheus import Scraper, Target, parse_targets
+from serve.specs import models_from_specs, objectives_from_specs
 
 __all__ = ["create_app"]
 

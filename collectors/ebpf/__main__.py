@@ -10,9 +10,9 @@ from pathlib import Path
 
 from aiops.auth import stack_credential
 from aiops.config import load_settings
+from aiops.datadir import ATTACHED_REPLICAS_FILE, NODES_FILE, REPLICAS_FILE
 from aiops.logs import configure_json_logging
 from aiops.tls import client_verify
-from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE, NODES_FILE, REPLICAS_FILE
 from collectors.ebpf.collector import EbpfCollector, preflight, ready_file
 
 log = logging.getLogger("collectors.ebpf")

@@ -24,14 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# The data dir's hand-off files (their names are the foundation's: serve writes them too).
+from aiops.datadir import ATTACHED_REPLICAS_FILE, NODES_FILE, REPLICAS_FILE
+
 __all__ = ["ATTACHED_REPLICAS_FILE", "HEAD_NODE", "NODES_FILE", "REPLICAS_FILE", "ProcessInfo",
            "Processes", "local_addresses"]
 
 log = logging.getLogger(__name__)
 
-REPLICAS_FILE = "serve-replicas.json"  # in the data dir, written by serve.runner
-ATTACHED_REPLICAS_FILE = "attach-replicas.json"  # in the data dir, written by aiops.attach
-NODES_FILE = "ray-nodes.json"  # in the data dir, written by serve.runner (serve.cluster)
 HEAD_NODE = "head"
 
 

@@ -100,7 +100,7 @@ def test_faults_travel_in_place(deployed: tuple[ServeControl, Recorder]) -> None
     after = rec.app("chat-v1")
     assert after["args"] == before["args"]
     assert after["deployments"][0]["user_config"]["faults"]["latency_ms"] == 250
-    assert control.status()["models"]["chat"]["versions"][0]["faults"] == {
+    assert control.status().models["chat"].versions[0].faults == {
         "latency_ms": 250.0, "error_rate": 0.1}
 
 

@@ -286,10 +286,10 @@ def test_on_the_stack_a_failing_warmup_fails_the_deploy_with_its_reason(
            "hooks": {"warmup": {"requests": [{"text": "far too long", "max_tokens": 8}]}}}
     good = {**STACK_ECHO, "traffic": 100}
     with LifecycleClient.from_settings(hooks_stack) as control:
-        before = control.status()["models"]["echo"]
+        before = control.status().models["echo"]
         with pytest.raises(LifecycleError, match=r"409.*echo-v2.*warm-up request 1 of 1 failed"):
             control.apply([good, bad])
-        assert control.status()["models"]["echo"] == before
+        assert control.status().models["echo"] == before
         control.apply([STACK_ECHO])  # Serve drops the failed version's application
     assert _ask(hooks_stack, 3)
     # Each refused start flushed its telemetry: the reason is in the store.
@@ -333,5 +333,5 @@ def test_scaling_in_2_to_1_archives_the_retired_replicas(hooks_stack: Settings) 
             assert record["provenance_entries"] == len(entries)
             assert record["provenance_digest"] == provenance_digest(
                 [(e["inference_id"], e["input_hash"]) for e in entries])
-        status = c.status()["models"]["echo"]["versions"][0]["autoscaling"]
-        assert status == {"min_replicas": 1, "max_replicas": 1}
+        bounds = c.status().models["echo"].versions[0].autoscaling
+        assert bounds is not None and bounds.wire() == {"min_replicas": 1, "max_replicas": 1}

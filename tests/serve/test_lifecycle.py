@@ -163,7 +163,7 @@ def test_a_version_whose_outputs_drift_from_its_package_reference_never_serves(
     bundle = pack(spec.artifact_path(), tmp_path / "pkg", name=EMBED, version="v2",
                   backend=spec.backend, private_key=private,
                   reference={"kind": "embedding", "inputs": inputs, "outputs": drifted})
-    before = control.status()["models"][EMBED]
+    before = control.status().models[EMBED]
     specs = [s.model_dump(mode="json") for s in load_specs(MODELS)]
     emb = next(s for s in specs if s["name"] == EMBED)
     specs = [s for s in specs if s["name"] != EMBED] + [
@@ -172,4 +172,4 @@ def test_a_version_whose_outputs_drift_from_its_package_reference_never_serves(
     with pytest.raises(LifecycleError, match=r"422.*v2 failed its validation gate: numeric "
                                              r"check failed: input 0: L2 distance"):
         control.apply(specs)
-    assert control.status()["models"][EMBED] == before
+    assert control.status().models[EMBED] == before

@@ -13,6 +13,7 @@ from aiops.attach.control import Planes, VllmControl, serve_status
 from aiops.attach.history import ConfigHistory
 from aiops.attach.ray_serve import AttachError, discover
 from aiops.config import AttachTarget
+from aiops.control_status import ReplicaBounds
 from aiops.errors import StackError
 from aiops.remediation.actions import NotSupported
 
@@ -28,9 +29,12 @@ def _no_stack() -> VllmControl:
 
 def test_statuses_merge_and_an_absent_plane_is_left_out() -> None:
     with Planes([_no_stack, lambda: _vllm("a", ["chat"]), lambda: _vllm("b", ["embed"])]) as p:
-        models = p.status()["models"]
+        models = p.status().models
     assert set(models) == {"chat", "embed"}
-    assert models["chat"]["target"] == "a" and models["chat"]["kind"] == "vllm"
+    assert models["chat"].target == "a" and models["chat"].kind == "vllm"
+    # On the wire, a vLLM model says no more than it knows.
+    assert models["chat"].wire() == {"stable": None, "target": "a", "kind": "vllm",
+                                     "versions": [{"version": "chat", "weight": 100}]}
 
 
 def test_when_no_plane_answers_the_first_error_is_raised() -> None:
@@ -65,11 +69,15 @@ def test_every_deployment_of_a_composed_app_is_a_model_its_app_config_acts_for(
     for t, v in ((0, "1"), (2, "1")):
         history.observe(discover({"applications": {"shop": app(v, 2)}}), set(), t * 10**9)
     apps = discover({"applications": {"shop": app("2", 2)}})
-    models = serve_status(apps, history, "team-ray")["models"]
+    models = serve_status(apps, history, "team-ray").models
     assert set(models) == {"shop", "shop.Scorer"}
     scorer = models["shop.Scorer"]
     # The Scorer's release 2 has a healthy predecessor: the planner can roll it back.
-    assert scorer["stable"] == "1" and scorer["app"] == "shop"
-    assert [(v["version"], v["weight"]) for v in scorer["versions"]] == [("2", 100), ("1", 0)]
-    assert scorer["versions"][0]["deployments"] == ["Scorer"]
-    assert scorer["versions"][0]["autoscaling"] == {"min_replicas": 2, "max_replicas": 2}
+    assert scorer.stable == "1" and scorer.app == "shop"
+    assert [(v.version, v.weight) for v in scorer.versions] == [("2", 100), ("1", 0)]
+    assert scorer.versions[0].deployments == ["Scorer"]
+    assert scorer.versions[0].autoscaling == ReplicaBounds(min_replicas=2, max_replicas=2)
+    assert scorer.wire()["versions"] == [
+        {"version": "2", "weight": 100, "app": "shop", "deployments": ["Scorer"],
+         "autoscaling": {"min_replicas": 2, "max_replicas": 2}, "status": "RUNNING"},
+        {"version": "1", "weight": 0, "app": "shop"}]

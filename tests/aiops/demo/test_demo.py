@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from rich.console import Console
 
 from aiops.bench.common import free_port
 from aiops.config import Settings
-from aiops.demo.runner import demo_settings, run_demo
+from aiops.demo.runner import ScenarioResult, demo_settings, run_demo
 from aiops.demo.scenarios import ORDER
 from aiops.demo.traffic import CHAT, EMBED, VISION, Workload
 from aiops.stack import read_state
@@ -36,13 +37,30 @@ def _settings(tmp_path: Path) -> Settings:
                                   ray_metrics_port=free_port()))
 
 
-def test_the_default_scenario_detects_attributes_rolls_back_recovers_and_reports(
-        tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
-    console = Console(record=True, width=120)
-    [r] = run_demo(settings, console, ["canary"], tmp_path / "reports", headless=True,
-                   workloads=TRAFFIC)
+@dataclass
+class AllScenarios:
+    settings: Settings
+    results: list[ScenarioResult]
+    reports: Path
 
+
+@pytest.fixture(scope="module")
+def every_scenario(tmp_path_factory: pytest.TempPathFactory) -> AllScenarios:
+    """`aiops demo --scenario all`, run once for the tests below (one stack, not one per test):
+    a slow canary (the default scenario, first), CPU burn, a memory leak, a crash loop and an
+    error burst, one after another."""
+    tmp_path = tmp_path_factory.mktemp("demo")
+    settings = _settings(tmp_path)
+    results = run_demo(settings, Console(record=True, width=120), list(ORDER),
+                       tmp_path / "reports", headless=True, workloads=TRAFFIC)
+    return AllScenarios(settings, results, tmp_path / "reports")
+
+
+@pytest.mark.timeout(1200)
+def test_the_default_scenario_detects_attributes_rolls_back_recovers_and_reports(
+        every_scenario: AllScenarios) -> None:
+    r = every_scenario.results[0]
+    assert r.scenario.name == "canary"  # ORDER starts with the default scenario
     assert r.incident is not None and r.attributed, r.incident
     assert (r.incident["service"], r.incident["model_version"]) == ("smollm2-135m-instruct",
                                                                     "v2")
@@ -57,25 +75,21 @@ def test_the_default_scenario_detects_attributes_rolls_back_recovers_and_reports
     traces = [e["id"] for e in answer["evidence"] if e["kind"] == "trace"]
     assert traces and traces[0] in answer["text"]
 
-    [folder] = (tmp_path / "reports").iterdir()
+    [folder] = every_scenario.reports.iterdir()
     report = (folder / "report.md").read_text()
     assert r.incident["incident_id"] in report and "rollback" in report
     assert (folder / "slis.png").stat().st_size > 10_000
     assert json.loads((folder / "report.json").read_text())[0]["attributed"] is True
 
-    assert read_state(settings) == []  # everything it started is stopped
+    assert read_state(every_scenario.settings) == []  # everything it started is stopped
 
 
 @pytest.mark.timeout(1200)
 def test_every_scenario_is_detected_attributed_to_its_component_and_class_and_recovers(
-        tmp_path: Path) -> None:
-    """`aiops demo --scenario all`: a slow canary, CPU burn, a memory leak, a crash loop and
-    an error burst, one after another on one stack; each is the incident of the right model
-    version with the right fault class by the time it is acted on, and each recovers."""
-    settings = _settings(tmp_path)
-    results = run_demo(settings, Console(record=True, width=120), list(ORDER),
-                       tmp_path / "reports", headless=True, workloads=TRAFFIC)
-
+        every_scenario: AllScenarios) -> None:
+    """Each scenario is the incident of the right model version with the right fault class by
+    the time it is acted on, and each recovers."""
+    results = every_scenario.results
     assert [r.scenario.name for r in results] == list(ORDER)
     for r in results:
         inc = r.incident or {}
@@ -89,7 +103,7 @@ def test_every_scenario_is_detected_attributed_to_its_component_and_class_and_re
         act = by_name[canary].action
         assert act is not None and act["kind"] == "rollback" and act["status"] in (
             "executed", "verified"), (canary, act)
-    assert read_state(settings) == []
+    assert read_state(every_scenario.settings) == []
 
 
 @pytest.mark.timeout(600)

@@ -123,8 +123,7 @@ def test_a_slow_canary_is_rolled_back_then_a_second_is_refused_by_the_cooldown(
         started = time.monotonic()
         first = _wait_action(stack, {"kind": "rollback", "status": "verified"}, 90)
         elapsed = time.monotonic() - started
-        weights = {v["version"]: v["weight"]
-                   for v in control.status()["models"]["echo"]["versions"]}
+        weights = {v.version: v.weight for v in control.status().models["echo"].versions}
         assert weights == {"v1": 100, "v2": 0}
         assert first["target"] == "echo@v2" and first["mode"] == "auto"
         assert _ledger(stack, first["action_id"]) == [
@@ -176,8 +175,8 @@ def test_an_error_burst_on_a_canary_is_rolled_back(stack: Settings, tmp_path: Pa
             control.canary("echo-b", "v2", 30)
             done = _wait_action(stack, {"kind": "rollback", "target": "echo-b@v2",
                                         "status": "verified"}, 90)
-            weights = {v["version"]: v["weight"]
-                       for v in control.status()["models"]["echo-b"]["versions"]}
+            weights = {v.version: v.weight
+                       for v in control.status().models["echo-b"].versions}
         finally:
             stop.set()
             for t in clients:
@@ -210,8 +209,9 @@ def test_scaling_waits_for_an_approver_and_then_runs(stack: Settings) -> None:
                 timeout=300)  # scaling redeploys the version's replicas
             assert done.status_code == 200, done.text
             assert done.json()["status"] == "executed"
-            echo = control.status()["models"]["echo"]["versions"]
-            assert {v["version"]: v["autoscaling"]["min_replicas"] for v in echo}["v1"] == 2
+            v1 = control.status().models["echo"].version("v1")
+            assert v1 is not None and v1.autoscaling is not None
+            assert v1.autoscaling.min_replicas == 2
         finally:
             control.set_faults("echo", "v1", {})
     statuses = _ledger(stack, pending["action_id"])

@@ -102,8 +102,8 @@ def test_a_healthy_version_is_rolled_out_step_by_step_and_promoted(
     assert [h["percent"] for h in state["history"]] == [5, 25, 50]
     assert all(h["ok"] for h in state["history"])
     with LifecycleClient.from_settings(stack) as control:
-        echo = control.status()["models"]["echo"]
-    assert echo["stable"] == "v2"
+        echo = control.status().models["echo"]
+    assert echo.stable == "v2"
     entries = _ledger(stack, state["rollout_id"])
     assert [e["status"] for e in entries] == ["step", "step", "step", "promoted"]
     assert {e["actor"] for e in entries} == {"rollout"}
@@ -115,8 +115,7 @@ def test_a_slow_version_is_stopped_at_its_first_step_and_rolled_back(
     with LifecycleClient.from_settings(stack) as control:
         control.set_faults("echo", "v3", {"latency_ms": 150})
         state = _rollout(stack, "v3")
-        weights = {v["version"]: v["weight"]
-                   for v in control.status()["models"]["echo"]["versions"]}
+        weights = {v.version: v.weight for v in control.status().models["echo"].versions}
     assert state["status"] == "rolled_back", (state["history"],
                                               _ledger(stack, state["rollout_id"]))
     assert state["history"] == [{"percent": 5, "ok": False,
@@ -158,7 +157,7 @@ def test_shedding_refuses_batch_requests_until_lifted(stack: Settings) -> None:
 
 def test_a_replica_restart_replaces_it_while_requests_are_served(stack: Settings) -> None:
     with LifecycleClient.from_settings(stack) as control:
-        stable = control.status()["models"]["echo"]["stable"]
+        stable = control.status().models["echo"].stable
         action = new_action(None, ActionKind.RESTART_REPLICA, "echo", stable,
                             time.time_ns())
         old = execute(control, action)["restarted"]

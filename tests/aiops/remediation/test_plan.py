@@ -4,10 +4,9 @@ an attached Serve app), else scale for load, else nothing."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiops.analytics.findings import Entity, FaultClass
 from aiops.analytics.incidents import Incident, RankedCause
+from aiops.control_status import ControlStatus
 from aiops.remediation.actions import ActionKind
 from aiops.remediation.remediator import plan
 
@@ -17,10 +16,10 @@ def _incident(version: str, fault: FaultClass = FaultClass.ERRORS) -> Incident:
     return Incident("inc-1", "chat", 0, 0, 0, causes=[cause])
 
 
-def _status(stable: str | None, **weights: int) -> dict[str, Any]:
-    return {"models": {"chat": {"stable": stable, "versions": [
+def _status(stable: str | None, **weights: int) -> ControlStatus:
+    return ControlStatus.model_validate({"models": {"chat": {"stable": stable, "versions": [
         {"version": v, "weight": w, "autoscaling": {"min_replicas": 1, "max_replicas": 2}}
-        for v, w in weights.items()]}}}
+        for v, w in weights.items()]}}})
 
 
 def test_a_bad_canary_goes_back_to_the_stable_version() -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from aiops.analytics.findings import Entity, FaultClass, Finding
 from aiops.analytics.incidents import IncidentTracker
+from aiops.control_status import ControlStatus
 from aiops.remediation.actions import ControlPlane
 from aiops.remediation.policy import Policy
 from aiops.remediation.remediator import Remediator
@@ -35,10 +36,10 @@ class FakeControl:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
 
-    def status(self) -> dict[str, Any]:
-        return {"models": {"echo": {"stable": "v1", "versions": [
+    def status(self) -> ControlStatus:
+        return ControlStatus.model_validate({"models": {"echo": {"stable": "v1", "versions": [
             {"version": "v1", "weight": 100,
-             "autoscaling": {"min_replicas": 1, "max_replicas": 1}}]}}}
+             "autoscaling": {"min_replicas": 1, "max_replicas": 1}}]}}})
 
     def scale(self, model: str, version: str, min_replicas: int, max_replicas: int
               ) -> dict[str, Any]:
