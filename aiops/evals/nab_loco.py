@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from aiops.analytics.metric_live import MethodSpec, spike_score
-from aiops.evals.nab import data_files, detect, load_profiles, load_windows, read_series
+from aiops.evals.nab import data_files, detect_all, load_profiles, load_windows, read_series
 from aiops.evals.nab_events import EventCounts, FileTable, file_table
 from aiops.evals.nab_score import FloatArray, normalized
 
@@ -132,11 +132,12 @@ def raw_scores(root: Path, spec: MethodSpec, rels: Sequence[str],
             with np.load(path) as saved:
                 memo[spec.key] = {rel: saved[f"f{i}"] for i, rel in enumerate(rels)}
                 return memo[spec.key]
-    out = {}
+    series = {}
     for rel in rels:
         data = read_series(root / "data" / rel)
-        out[rel] = detect(data["timestamp"].astype("datetime64[ns]"),
-                          data["value"].astype(np.float64), spec.build)
+        series[rel] = (data["timestamp"].astype("datetime64[ns]"),
+                       data["value"].astype(np.float64))
+    out = detect_all(series, spec.build)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         arrays: dict[str, Any] = {f"f{i}": out[rel] for i, rel in enumerate(rels)}

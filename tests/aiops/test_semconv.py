@@ -93,3 +93,28 @@ def test_python_and_sql_agree_on_failed() -> None:
     assert semconv.failed("error", None)
     assert not semconv.failed("unset", semconv.http_status({"http.response.status_code": 404}))
     assert not semconv.failed(None, semconv.http_status({"http.response.status_code": "x"}))
+
+
+def test_the_ingest_path_derives_what_the_raw_sql_derives(store: Store) -> None:
+    # The store parses each JSON map once at ingest; readers of raw rows use ``->>`` per key.
+    # Both come from one definition and must agree on odd values too.
+    odd: list[tuple[dict[str, Any], dict[str, Any], str]] = [
+        ({"http.response.status_code": 503.0}, {}, "ok"),
+        ({"http.response.status_code": "503", "http.status_code": 200}, {}, "unset"),
+        ({"http.status_code": " 502 "}, {"service.version": 7}, "unset"),
+        ({"gen_ai.request.model": "模型", "aiops.model.version": ""}, {"service.version": "r"},
+         "error"),
+        ({"gen_ai.request.model": {"nested": 1}}, {"ray.serve.replica": None}, "unset"),
+        ({}, {}, "unset"),
+    ]
+    rows = [_span(T0 + i, "svc", a, r, code) for i, (a, r, code) in enumerate(odd)]
+    rows.append({**_span(T0 + 99, "svc", {}, {}), "attributes": None,
+                 "resource_attributes": None})
+    add_spans(store, rows)
+    cols = [semconv.MODEL, semconv.VERSION, semconv.REPLICA, semconv.HTTP_STATUS,
+            semconv.FAILED]
+    stored = store.query(f"SELECT {', '.join(cols)} FROM spans ORDER BY start_time").rows
+    raw = store.query(f"SELECT {semconv.MODEL_SQL}, {semconv.VERSION_SQL}, "
+                      f"{semconv.REPLICA_SQL}, {semconv.HTTP_STATUS_SQL}, {semconv.FAILED_SQL} "
+                      "FROM spans ORDER BY start_time").rows
+    assert stored == raw

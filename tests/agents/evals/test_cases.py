@@ -158,6 +158,7 @@ def test_the_replay_appends_incidents_beside_the_telemetry() -> None:
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_the_analyzer_states_the_expected_facts(
         name: str, replayed: dict[str, list[IncidentSummary]]) -> None:
@@ -166,6 +167,7 @@ def test_the_analyzer_states_the_expected_facts(
     assert problem is None, problem
 
 
+@pytest.mark.slow
 def test_the_analyzer_gets_most_cases_right(
         replayed: dict[str, list[IncidentSummary]]) -> None:
     missed = {c.name: p for c in CASES if (p := _verdict(c, replayed[c.name])) is not None}

@@ -3,8 +3,13 @@ remembered incident is the same kind of failure (the full table is `aiops bench 
 
 from __future__ import annotations
 
+import pytest
+
 from agents.evals.cases import load_cases
 from agents.evals.memory import run_memory_eval
+
+pytestmark = pytest.mark.slow
+
 
 SUBSET = ("crash-loop-echo", "crash-loop-smollm2", "oom-ppocr-twice", "oom-smollm2",
           "errors-minilm-v2-onnx", "config-minilm-max-length")

@@ -3,10 +3,14 @@ timeouts, not one per case."""
 
 from __future__ import annotations
 
+import pytest
+
 from agents.agent import make_llm
 from agents.evals.cases import load_cases
 from agents.evals.run import LLM_DOWN_AFTER, run_eval
 from aiops.bench.common import free_port
+
+pytestmark = pytest.mark.slow
 
 
 def test_an_unreachable_llm_is_asked_only_until_it_has_failed_three_cases_in_a_row() -> None:

@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from aiops.analytics.traces import TraceThresholds
 from aiops.bench.detection import SETTINGS, sweep
 from aiops.config import Settings
 from aiops.store import Store
 from tests.aiops.analytics.telemetry import NS, T0, add_spans, span, traffic
+
+pytestmark = pytest.mark.slow
 
 
 def test_replayed_settings_give_mttd_and_false_alarms(tmp_path: Path) -> None:

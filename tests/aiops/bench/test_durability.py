@@ -3,6 +3,8 @@ slow-upload attack, each against a real `aiops server` subprocess on loopback.""
 
 from __future__ import annotations
 
+import pytest
+
 from aiops.bench.durability import (
     numbered,
     run_durability,
@@ -18,6 +20,7 @@ def test_numbered_requests_carry_their_number_in_every_span_id() -> None:
     assert numbered(body, 0x01020304).count(b"\x12\x08\x01\x02\x03\x04") == 3
 
 
+@pytest.mark.slow
 def test_durability_overload_and_slow_uploads_tiny() -> None:
     d = run_durability(rounds=1, seconds=1.0, spans_per_request=200)
     assert d.acked_spans > 0 and d.lost == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -28,6 +29,7 @@ def test_a_node_second_is_three_spans_and_two_logs_per_request_in_that_second() 
     assert sum(1 for s in spans if not s.parent_span_id) == 10  # one ingress root each
 
 
+@pytest.mark.slow
 def test_every_row_sent_is_stored_and_the_server_reports_its_own_cost(tmp_path: Path) -> None:
     cfg = VolumeConfig(nodes=3, replicas_per_node=2, requests_per_s=2, seconds=6, clients=2)
     r = run_volume(tmp_path, cfg)

@@ -147,6 +147,7 @@ MEASURED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CORPUS.is_dir(), reason=f"Loghub-2.0 2k corpus not found at {CORPUS}")
 def test_loghub2k_meets_the_goals_on_every_system() -> None:
     report = run_loghub(CORPUS)

@@ -162,6 +162,7 @@ HELD_OUT_GA = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CORPUS.is_dir(), reason=f"Loghub-2.0 2k corpus not found at {CORPUS}")
 def test_loghub2k_leave_one_system_out() -> None:
     report = run_loso(CORPUS)

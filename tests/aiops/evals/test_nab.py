@@ -163,6 +163,7 @@ def test_our_scorer_matches_nabs_saved_per_file_scores_at_nabs_thresholds() -> N
         assert total == pytest.approx(float(totals[4]), abs=1e-6)
 
 
+@pytest.mark.slow
 @needs_nab
 @pytest.mark.parametrize("detector", ["numenta", "windowedGaussian", "null"])
 def test_reference_detectors_rescore_to_the_published_scoreboard(detector: str) -> None:
@@ -186,6 +187,7 @@ def report() -> nab.NabReport:
     return nab.run_nab(ROOT)
 
 
+@pytest.mark.slow
 @needs_nab
 def test_every_series_goes_through_metric_points_and_the_detector(report: nab.NabReport
                                                                   ) -> None:
@@ -193,12 +195,14 @@ def test_every_series_goes_through_metric_points_and_the_detector(report: nab.Na
     assert report.rows == 365_558
 
 
+@pytest.mark.slow
 @needs_nab
 @pytest.mark.parametrize("profile", sorted(RECORDED))
 def test_our_detector_keeps_its_recorded_nab_score(report: nab.NabReport, profile: str) -> None:
     assert report.ours[profile].score >= RECORDED[profile] - MARGIN
 
 
+@pytest.mark.slow
 @needs_nab
 def test_the_report_shows_our_scores_beside_the_published_ones(report: nab.NabReport) -> None:
     text = nab.render(report)

@@ -158,6 +158,7 @@ def test_the_live_default_is_a_candidate_of_the_grid() -> None:
     assert BASELINE.key in keys
 
 
+@pytest.mark.slow
 @needs_nab
 def test_loco_on_nab_reproduces_the_frozen_live_default() -> None:
     """CAD and NAB's windowed Gaussian (what the full grid comes down to): the choice on all

@@ -17,9 +17,9 @@ DATASETS = Path(__file__).resolve().parents[3].parent / "shared" / "datasets"
 NEZHA = DATASETS / "nezha"
 PUBLISHED = DATASETS / "published" / "nezha_fse23_table3_table4.csv"
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not (NEZHA / "rca_data").is_dir(),
-    reason=f"the Nezha corpus is not at {NEZHA} (../shared/datasets/nezha from the repo root)")
+    reason=f"the Nezha corpus is not at {NEZHA} (../shared/datasets/nezha from the repo root)")]
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ DATASETS = Path(__file__).resolve().parents[3].parent / "shared" / "datasets"
 SOCKSHOP = DATASETS / "rcd_sockshop"
 PUBLISHED = DATASETS / "published" / "rcaeval_ase24_table5_avg5.csv"
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not (SOCKSHOP / "sock-shop-data").is_dir(),
     reason=f"the RCD Sock Shop corpus is not at {SOCKSHOP} "
-           "(../shared/datasets/rcd_sockshop from the repo root)")
+           "(../shared/datasets/rcd_sockshop from the repo root)")]
 
 
 @pytest.fixture(scope="module")

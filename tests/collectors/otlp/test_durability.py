@@ -22,6 +22,9 @@ from aiops.config import Settings, load_settings
 from aiops.stack import settings_env
 from tests.conftest import free_port
 
+pytestmark = pytest.mark.slow
+
+
 PROTOBUF = {"content-type": "application/x-protobuf"}
 
 
