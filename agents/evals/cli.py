@@ -20,6 +20,19 @@ __all__ = ["app", "evaluate"]
 app = typer.Typer(add_completion=False)
 
 
+def spread(cases: list[Any], n: int) -> list[Any]:
+    """Up to ``n`` cases taking each family (a case's first tag) in turn, in fixture order."""
+    families: dict[str, list[Any]] = {}
+    for c in cases:
+        families.setdefault(c.tags[0] if c.tags else "", []).append(c)
+    picked: list[Any] = []
+    while len(picked) < min(n, len(cases)):
+        for group in families.values():
+            if group and len(picked) < n:
+                picked.append(group.pop(0))
+    return sorted(picked, key=cases.index)
+
+
 @app.command("eval")
 def evaluate(
     ctx: typer.Context,
@@ -32,6 +45,9 @@ def evaluate(
     = None,
     cases_dir: Annotated[Path | None, typer.Option(help="Fixture folder (default: the "
                                                         "packaged cases).")] = None,
+    sample: Annotated[int | None, typer.Option(
+        min=1, help="At most this many cases, spread over the scenario families (one of "
+                    "each family first, in fixture order).")] = None,
     min_pass: Annotated[float, typer.Option(help="Exit 1 below this pass rate (0-1).")] = 0.0,
     questions: Annotated[bool, typer.Option(help="Also ask the telemetry questions "
                                                  "(agents/evals/questions.yaml) of the "
@@ -54,6 +70,8 @@ def evaluate(
     if not cases:
         err_console.print("[red]error:[/red] no eval cases matched")
         raise typer.Exit(2)
+    if sample is not None:
+        cases = spread(cases, sample)
     base = {"none": None, "stack": f"{settings.serve_url}/v1"}.get(llm, llm)
     if base is not None and not base.startswith(("http://", "https://")):
         err_console.print(f"[red]error:[/red] --llm must be none, stack or an http(s) URL, "

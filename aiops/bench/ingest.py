@@ -168,11 +168,11 @@ def _store_rates(bodies: list[bytes], workdir: Path) -> tuple[float, float]:
             first = first.set_column(i, field.name, first.column(i).cast(pa.timestamp("us"),
                                                                           safe=False))
     sample = first.to_pylist()
-    placeholders = ", ".join("?" for _ in SPANS.columns)
+    wire = SPANS.wire.column_names  # what a decoded batch holds (no server-set columns)
+    placeholders = ", ".join("?" for _ in wire)
     started = time.perf_counter()
-    conn.executemany(f"INSERT INTO spans ({', '.join(SPANS.column_names)}) "
-                     f"VALUES ({placeholders})",
-                     [[r[c] for c in SPANS.column_names] for r in sample])
+    conn.executemany(f"INSERT INTO spans ({', '.join(wire)}) VALUES ({placeholders})",
+                     [[r[c] for c in wire] for r in sample])
     row_rate = len(sample) / (time.perf_counter() - started)
     conn.close()
     return arrow_rate, row_rate

@@ -223,6 +223,13 @@ cdef class _Col:
             for i in range(times):
                 self.null()
             return 0
+        if not isinstance(value, str):
+            # e.g. an int or array ``service.name``: refused as the Python path's Arrow
+            # conversion refuses it, and only where a row would carry it.
+            if times == 0:
+                return 0
+            import pyarrow as pa
+            raise pa.ArrowTypeError(f"Expected bytes, got a '{type(value).__name__}' object")
         encoded = value.encode()
         for i in range(times):
             self.text(encoded, len(encoded))

@@ -409,6 +409,8 @@ def _decode_compiled(signal: str, body: bytes) -> Decoded:
             from exc
     except RecursionError as exc:
         raise DecodeError(f"OTLP {signal} request nests values too deeply") from exc
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        raise DecodeError(f"OTLP {signal} request has out-of-range values: {exc}") from exc
     try:
         table = pa.Table.from_arrays([arrays[n] for n in t.column_names], schema=t.arrow_schema)
         table.validate()

@@ -173,3 +173,13 @@ def test_the_analyzer_gets_most_cases_right(
     missed = {c.name: p for c in CASES if (p := _verdict(c, replayed[c.name])) is not None}
     assert all(c.expect.component is not None for c in CASES if c.name in missed), missed
     assert 1 - len(missed) / len(CASES) >= PASS_RATE, missed
+
+
+def test_a_sample_takes_one_case_of_each_family_first() -> None:
+    from agents.evals.cli import spread
+
+    families = {c.tags[0] for c in CASES}
+    picked = spread(CASES, len(families))
+    assert {c.tags[0] for c in picked} == families
+    assert picked == sorted(picked, key=CASES.index)  # in fixture order
+    assert len(spread(CASES, 1000)) == len(CASES) and spread(CASES, 1) == [CASES[0]]

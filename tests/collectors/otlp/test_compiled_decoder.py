@@ -160,3 +160,35 @@ def test_malformed_bodies_are_decode_errors_in_both(body: bytes) -> None:
     for compiled in (True, False):
         with pytest.raises(DecodeError):
             decode("traces", body, "protobuf", compiled=compiled)
+
+
+def _odd_service(value: AnyValue, signal: str) -> bytes:
+    resource = Resource(attributes=[KeyValue(key="service.name", value=value)])
+    if signal == "logs":
+        return ExportLogsServiceRequest(resource_logs=[ResourceLogs(
+            resource=resource, scope_logs=[ScopeLogs(log_records=[LogRecord(
+                time_unix_nano=1_700_000_000_000_000_000,
+                body=AnyValue(string_value="x"))])])]).SerializeToString()
+    return ExportTraceServiceRequest(resource_spans=[ResourceSpans(
+        resource=resource, scope_spans=[ScopeSpans(spans=[Span(
+            trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="s",
+            start_time_unix_nano=1_700_000_000_000_000_000,
+            end_time_unix_nano=1_700_000_000_000_000_001)])])]).SerializeToString()
+
+
+# Found by test_logs_decode_identically: a service.name that is no string made the compiled
+# path raise AttributeError (a 500) where the Python path refuses the request (a 400).
+@pytest.mark.parametrize("signal", ["traces", "logs"])
+@pytest.mark.parametrize("value", [
+    AnyValue(array_value=ArrayValue(values=[AnyValue(string_value="a")])),
+    AnyValue(int_value=5), AnyValue(bool_value=True)], ids=["array", "int", "bool"])
+def test_a_service_name_that_is_no_string_is_a_decode_error_in_both(
+        signal: str, value: AnyValue) -> None:
+    body = _odd_service(value, signal)
+    assert outcome(signal, body, True) == outcome(signal, body, False)
+    assert outcome(signal, body, True)[0] == "error"
+
+
+def test_an_odd_service_name_with_no_records_is_no_error_in_either() -> None:
+    body = b"\n\x1a\n\x14\n\x12\n\x0cservice.name\x12\x02*\x00\x12\x02\n\x00"
+    assert outcome("logs", body, True) == outcome("logs", body, False)
