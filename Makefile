@@ -116,7 +116,7 @@ test: install vllm-env
 	export AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1; rc=0; \
 	for lane in "not stack and not alone" "stack and not alone" "alone"; do \
 		echo "== pytest -m '$$lane'"; \
-		$(BIN)/python -m pytest -m "$$lane"; r=$$?; \
+		$(BIN)/python -m pytest -m "$$lane" --durations=20; r=$$?; \
 		if [ $$r -eq 5 ]; then echo "pytest collected no tests for '$$lane': that is a failure"; r=1; fi; \
 		[ $$rc -eq 0 ] && rc=$$r; \
 	done; exit $$rc
