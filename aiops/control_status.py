@@ -16,7 +16,7 @@ the one every client has always read, ``null``s included where a producer report
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -36,6 +36,14 @@ class _Contract(BaseModel):
     def wire(self) -> dict[str, Any]:
         """The JSON object, with the fields its producer set (and only those)."""
         return self.model_dump(mode="json", exclude_unset=True)
+
+    @classmethod
+    def parse(cls, data: object, source: str) -> Self:
+        """``data`` (decoded JSON from ``source``) as this contract, or MalformedStatus."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise MalformedStatus(_problem(exc, source)) from exc
 
 
 class ReplicaBounds(_Contract):
@@ -74,25 +82,9 @@ class ModelStatus(_Contract):
     def version(self, name: str) -> VersionStatus | None:
         return next((v for v in self.versions if v.version == name), None)
 
-    @classmethod
-    def parse(cls, data: object, source: str) -> ModelStatus:
-        """``data`` (decoded JSON from ``source``) as a model's status, or MalformedStatus."""
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise MalformedStatus(_problem(exc, source)) from exc
-
 
 class ControlStatus(_Contract):
     models: dict[str, ModelStatus]
-
-    @classmethod
-    def parse(cls, data: object, source: str) -> ControlStatus:
-        """``data`` (decoded JSON from ``source``) as a status, or MalformedStatus."""
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise MalformedStatus(_problem(exc, source)) from exc
 
 
 def _problem(exc: ValidationError, source: str) -> str:
