@@ -47,9 +47,11 @@ def plan(incident: Incident, status: ControlStatus, now_ns: int) -> Action | Non
     if not incident.causes:
         return None
     cause = incident.causes[0]
-    if cause.fault_class is FaultClass.NODE:
+    if any(c.fault_class is FaultClass.NODE for c in incident.causes):
         # Serve reschedules a lost node's replicas on the nodes left; the incident resolves
-        # once they are replaced. A rollback or restart would not bring the node back.
+        # once they are replaced. A rollback or restart would not bring the node back, and the
+        # latency or errors while they move (which can outrank the node in a later round) are
+        # its consequence, not a load to scale for.
         return None
     model = status.models.get(cause.entity.service)
     if model is None or cause.entity.version is None:

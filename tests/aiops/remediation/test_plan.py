@@ -50,3 +50,14 @@ def test_no_known_good_version_means_no_rollback() -> None:
 def test_a_lost_node_is_no_rollback_serve_reschedules_its_replicas() -> None:
     """Even on a canary: the version did nothing wrong, its node went away."""
     assert plan(_incident("v2", FaultClass.NODE), _status("v1", v1=90, v2=10), 0) is None
+
+
+def test_trouble_while_a_lost_nodes_replicas_move_is_not_scaled_for() -> None:
+    """The node loss stays among the causes when the latency it brings outranks it in a
+    later round: still nothing to do but let Serve reschedule."""
+    latency = RankedCause(Entity("chat", "v1", "chat#r1"), FaultClass.LATENCY, 3.0, 0.6,
+                          ["trace_latency"], [])
+    lost = RankedCause(Entity("chat", "v1"), FaultClass.NODE, 2.0, 0.4, ["node_lost"], [],
+                       node="worker-1")
+    inc = Incident("inc-1", "chat", 0, 0, 0, causes=[latency, lost])
+    assert plan(inc, _status("v1", v1=100), 0) is None
