@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import csv
 import json
+import multiprocessing
+import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -372,27 +375,43 @@ SERVICE_MAPS = {"Online Boutique": Path(__file__).with_name("topologies")
                 / "online-boutique.yaml"}
 
 
+def _evaluate_day(root: Path, day: Path, tmp: Path, config: RankConfig | None,
+                  signals: frozenset[str],
+                  topologies: Mapping[str, ServiceMap] | None) -> list[FaultResult]:
+    """One day folder in a store of its own (a process of its own under ``run_nezha``)."""
+    construct = root / "construct_data" / day.name
+    construct_day = construct if construct.is_dir() else None
+    store = Store(tmp / f"{day.name}.duckdb")
+    try:
+        load_day(store, day, construct_day, signals)
+        return evaluate_day(store, faults(day), construct_window(construct_day), config,
+                            topologies)
+    finally:
+        store.close()
+
+
 def run_nezha(root: Path, config: RankConfig | None = None,
               workdir: Path | None = None, signals: frozenset[str] = ALL_SIGNALS,
               topologies: Mapping[str, ServiceMap] | None = None) -> NezhaReport:
-    """Evaluate every day folder under ``root/rca_data``; one store per day. ``signals``
-    and ``topologies`` (a declared service map per system) for the metrics-only runs."""
+    """Evaluate every day folder under ``root/rca_data``; one store per day, the days in
+    parallel (one process per core: loading a day's CSVs is mostly single-threaded Python).
+    ``signals`` and ``topologies`` (a declared service map per system) for the metrics-only
+    runs."""
     started = time.monotonic()
+    days = sorted(p for p in (root / "rca_data").iterdir()
+                  if p.is_dir() and (p / f"{p.name}-fault_list.json").is_file())
     systems: dict[str, SystemReport] = {}
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        for day in sorted(p for p in (root / "rca_data").iterdir() if p.is_dir()):
-            if not (day / f"{day.name}-fault_list.json").is_file():
-                continue
-            fs = faults(day)
-            construct = root / "construct_data" / day.name
-            construct_day = construct if construct.is_dir() else None
-            store = Store(Path(tmp) / f"{day.name}.duckdb")
-            try:
-                load_day(store, day, construct_day, signals)
-                results = evaluate_day(store, fs, construct_window(construct_day), config,
-                                       topologies)
-            finally:
-                store.close()
+        args = [(root, day, Path(tmp), config, signals, topologies) for day in days]
+        workers = min(len(days), os.cpu_count() or 1)
+        if workers <= 1:
+            per_day = [_evaluate_day(*a) for a in args]
+        else:
+            # spawn, not fork: the caller may hold DuckDB or server threads (see nab.detect_all).
+            with ProcessPoolExecutor(workers,
+                                     mp_context=multiprocessing.get_context("spawn")) as pool:
+                per_day = list(pool.map(_evaluate_day, *zip(*args, strict=True)))
+        for results in per_day:
             for r in results:
                 systems.setdefault(r.fault.system, SystemReport(r.fault.system)).results.append(r)
     return NezhaReport(systems, time.monotonic() - started)
