@@ -1,7 +1,9 @@
 """A real multi-node Ray cluster on this machine (a head and a worker node, each its own
 raylet): Serve spreads the replicas over both, one eBPF collector per node reports only its
 node's replicas, and losing the worker (its raylet killed) is an incident attributed to that
-node, its replicas rescheduled on the head, and the incident resolved once they run."""
+node, its replicas rescheduled on the head, and the incident resolved once they run. This is also
+the end-to-end check of `aiops demo --scenario node-loss` (the same `lose_node` injection on
+the same two-node stack), so the demo tests do not start a second one."""
 
 from __future__ import annotations
 

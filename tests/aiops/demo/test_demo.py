@@ -104,22 +104,3 @@ def test_every_scenario_is_detected_attributed_to_its_component_and_class_and_re
         assert act is not None and act["kind"] == "rollback" and act["status"] in (
             "executed", "verified"), (canary, act)
     assert read_state(every_scenario.settings) == []
-
-
-@pytest.mark.timeout(600)
-def test_losing_a_worker_node_is_attributed_to_the_node_and_its_replicas_recover(
-        tmp_path: Path) -> None:
-    """`aiops demo --scenario node-loss`: a head and a worker Ray node; the worker's raylet
-    and every process under it are killed; the incident names the node (fault class node)
-    on the model version whose replica was there, no action is taken, Serve reschedules the
-    replicas on the head and the incident resolves."""
-    settings = _settings(tmp_path)
-    [r] = run_demo(settings, Console(record=True, width=120), ["node-loss"],
-                   tmp_path / "reports", headless=True, workloads=TRAFFIC)
-
-    inc = r.incident or {}
-    assert r.attributed, (inc.get("fault_class"), inc.get("service"), inc.get("summary"))
-    assert inc["evidence"]["root_causes"][0]["node"] == "worker-1"
-    assert r.action is None
-    assert r.mttd_s is not None and r.resolved_at is not None and not r.problems, r.problems
-    assert read_state(settings) == []

@@ -1,4 +1,5 @@
-"""Remediation on the real stack, under a test policy: a slow canary is rolled back on its own
+"""Remediation on the real stack, under a test policy: a slow canary is the incident's top root
+cause (latency, with trace and metric evidence) and is rolled back on its own
 and verified; a second rollback inside the cooldown is refused by the policy; scaling waits
 for an approver; the approval API wants the admin token. Every step is in the ledger."""
 
@@ -98,6 +99,22 @@ def _no_active_incident(stack: Settings, timeout_s: float = 120,
     raise AssertionError(f"incidents still active after {timeout_s} s: {active}")
 
 
+def _open_incident(stack: Settings, service: str, version: str,
+                   timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    seen: list[Any] = []
+    with httpx.Client(base_url=stack.server_url, timeout=10) as c:
+        while time.monotonic() < deadline:
+            seen = c.get("/api/v1/incidents", params={"status": "active"}).json()["incidents"]
+            for inc in seen:
+                if (inc["service"], inc["model_version"]) == (service, version):
+                    detail: dict[str, Any] = c.get(
+                        f"/api/v1/incidents/{inc['incident_id']}").json()
+                    return detail
+            time.sleep(0.5)
+    raise AssertionError(f"no incident on {service}@{version} within {timeout_s} s: {seen}")
+
+
 def _ledger(stack: Settings, action_id: str) -> list[str]:
     with ServerClient(stack.server_url) as db:
         rows = db.rows("SELECT entry->>'status' AS status FROM ledger WHERE action_id = ? "
@@ -121,6 +138,16 @@ def test_a_slow_canary_is_rolled_back_then_a_second_is_refused_by_the_cooldown(
         control.set_faults("echo", "v2", {"latency_ms": 300})
         control.canary("echo", "v2", 30)
         started = time.monotonic()
+        # While it is open, the incident's top root cause is that version, fault class
+        # latency, with trace and metric evidence, and the latency metric's context.
+        incident = _open_incident(stack, "echo", "v2", 60)
+        top = incident["evidence"]["root_causes"][0]
+        assert (top["service"], top["version"], top["fault_class"]) == ("echo", "v2",
+                                                                         "latency"), top
+        assert {"trace", "metric"} <= {e["kind"] for e in top["evidence"]}, top["evidence"]
+        context = {c["kind"]: c for c in incident["evidence"]["context"]}
+        assert context["metric"]["id"] == "gen_ai.server.request.duration"
+        assert context["metric"]["observed"] > 2 * context["metric"]["baseline"], context
         first = _wait_action(stack, {"kind": "rollback", "status": "verified"}, 90)
         elapsed = time.monotonic() - started
         weights = {v.version: v.weight for v in control.status().models["echo"].versions}
