@@ -22,6 +22,7 @@ import httpx
 import yaml
 
 from aiops.bench.common import free_port
+from aiops.stack import session_members
 
 # The apps a team would deploy (tests/fixtures/attach): the bench and the tests use them.
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "attach"
@@ -113,31 +114,24 @@ def ray_cluster() -> Iterator[RayCluster]:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Everything `ray start` spawned is in its session: TERM it, then KILL what is left."""
+    """Everything `ray start` spawned is in its session: TERM it, then KILL what is left.
+    A throwaway cluster: nothing in it needs saving, and Ray's own graceful stop (the GCS
+    and raylet draining) takes ~20 s, so TERM gets 2 s. Zombies do not count
+    (``session_members``): `ray start` itself is one until reaped."""
     sid = proc.pid
-    for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-        members = _session(sid)
+    for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+        proc.poll()  # reap `ray start` if it has exited
+        members = session_members(sid)
         if not members:
-            return
+            break
         for pid in members:
             with suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and _session(sid):
+        while time.monotonic() < deadline and session_members(sid):
+            proc.poll()
             time.sleep(0.2)
     proc.wait(timeout=5)
-
-
-def _session(sid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if os.getsid(int(d.name)) == sid:
-                    out.append(int(d.name))
-            except (ProcessLookupError, PermissionError):
-                continue
-    return out
 
 
 def wait_for(what: str, check: Any, timeout_s: float) -> Any:
