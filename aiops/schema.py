@@ -106,9 +106,10 @@ class Table:
     # None: each derived column's own ``sql``.
     derive: Callable[[str, tuple[str, ...]], str] | None = None
 
-    def insert_select(self, source: str) -> str:
-        """The SELECT the store inserts a batch of written columns with."""
-        if not self.derived:
+    def insert_select(self, source: str, derived_given: bool = False) -> str:
+        """The SELECT the store inserts a batch of written columns with; ``derived_given``:
+        the batch holds the derived columns too, after the written ones, already computed."""
+        if not self.derived or derived_given:
             return f"SELECT * FROM {source}"
         if self.derive is not None:
             return self.derive(source, tuple(d.name for d in self.derived))
@@ -123,6 +124,12 @@ class Table:
         return pa.schema(
             [pa.field(c.name, c.kind.arrow, nullable=c.nullable) for c in self.columns]
         )
+
+    @property
+    def stored_schema(self) -> pa.Schema:
+        """The Arrow schema of a stored row: the written columns, then the derived ones."""
+        return pa.schema([*self.arrow_schema,
+                          *(pa.field(d.name, d.kind.arrow) for d in self.derived)])
 
     @property
     def wire(self) -> Table:

@@ -26,9 +26,10 @@ from collections.abc import Callable
 
 from aiops.identity import REPLICA as REPLICA_ATTR
 
-__all__ = ["FAILED", "FAILED_SQL", "HTTP_STATUS", "HTTP_STATUS_ATTR", "HTTP_STATUS_SQL", "MODEL",
-           "MODEL_ATTR", "MODEL_SQL", "MODEL_VERSION_ATTR", "REPLICA", "REPLICA_ATTR",
-           "REPLICA_SQL", "ROUTED_VERSION_SQL", "SERVICE_VERSION_ATTR", "VERSION", "VERSION_SQL",
+__all__ = ["DECODED_MARK", "FAILED", "FAILED_SQL", "HTTP_STATUS", "HTTP_STATUS_ATTR",
+           "HTTP_STATUS_SQL", "MODEL", "MODEL_ATTR", "MODEL_SQL", "MODEL_VERSION_ATTR",
+           "OLD_HTTP_STATUS_ATTR", "REPLICA", "REPLICA_ATTR", "REPLICA_SQL",
+           "ROUTED_VERSION_SQL", "SERVICE_VERSION_ATTR", "VERSION", "VERSION_SQL",
            "WARMUP_ATTR", "derivations", "failed", "http_status", "ingest_select"]
 
 # Attribute names (span attributes unless said).
@@ -74,6 +75,11 @@ FAILED_SQL = _RAW[FAILED]
 # On aiops' ingress, the model version a request was routed to (NULL before routing: the
 # ingress's own ``service.version`` is its release, not a model's).
 ROUTED_VERSION_SQL = f"attributes->>'{MODEL_VERSION_ATTR}'"
+
+# Arrow schema metadata (key, value) of a spans batch whose OTLP decoder derived the columns
+# itself, as ``ingest_select`` would from the same row (collectors/otlp/derive.py, _wire.pyx):
+# the store inserts those as given. Derived columns without it are recomputed.
+DECODED_MARK = (b"aiops.derived", b"semconv")
 
 _SPAN_KEYS = (MODEL_ATTR, MODEL_VERSION_ATTR, HTTP_STATUS_ATTR, OLD_HTTP_STATUS_ATTR)
 _RESOURCE_KEYS = (SERVICE_VERSION_ATTR, REPLICA_ATTR)

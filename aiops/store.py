@@ -35,6 +35,7 @@ from aiops.ledger import CHAINED_TABLES, GENESIS, Anchor, canonical, link
 from aiops.migrations import apply_migrations
 from aiops.querywatch import QueryWatch
 from aiops.schema import Table, table
+from aiops.store_conform import conform
 from aiops.witness import Witness
 
 __all__ = ["TIME_SERIES_TABLES", "TRACE_INDEX", "QueryResult", "Store"]
@@ -126,8 +127,9 @@ class Store:
         ``chained`` entries (per hash-chained table) are linked onto the table's chain under
         the same lock and in the same transaction, so the chain never forks or skips.
         """
-        prepared = [(table(name), _conform(table(name), b)) for name, b in batches.items()]
-        prepared = [(t, b) for t, b in prepared if b.num_rows]
+        # (table, rows, whether the rows hold the derived columns already: store_conform)
+        prepared = [(table(name), *conform(table(name), b)) for name, b in batches.items()]
+        prepared = [(t, b, given) for t, b, given in prepared if b.num_rows]
         chained = {k: v for k, v in (chained or {}).items() if v}
         if not prepared and not chained:
             return 0
@@ -136,14 +138,14 @@ class Store:
             new_heads = {}
             for name, entries in chained.items():
                 linked, new_heads[name] = _link_entries(table(name), entries, *heads[name])
-                prepared.append((table(name), linked))
+                prepared.append((table(name), linked, False))
             cur = self._cursor()
             try:
                 cur.execute("BEGIN TRANSACTION")
-                for i, (t, data) in enumerate(prepared):
+                for i, (t, data, given) in enumerate(prepared):
                     view = f"_append_{i}"
                     cur.register(view, data)
-                    cur.execute(f"INSERT INTO {t.name} {t.insert_select(view)}")
+                    cur.execute(f"INSERT INTO {t.name} {t.insert_select(view, given)}")
                     cur.unregister(view)
                 cur.execute("COMMIT")
             except (duckdb.ConversionException, duckdb.InvalidInputException,
@@ -166,7 +168,7 @@ class Store:
                 except OSError as exc:  # verify reports the anchor behind; the next write fixes it
                     log.error("cannot write the anchor of %s (seq %d): %s", name, head[0], exc)
                 self._witness(name, *head)
-        return sum(b.num_rows for _, b in prepared)
+        return sum(b.num_rows for _, b, _ in prepared)
 
     def _private_files(self) -> None:
         """The database and its WAL made 0600 (``aiops server``'s umask makes them so from
@@ -510,32 +512,3 @@ def _link_entries(t: Table, entries: list[dict[str, Any]], seq: int, prev: str
         prev = digest
     columns = {c: [r[c] for r in rows] for c in t.column_names}
     return pa.Table.from_pydict(columns, schema=t.arrow_schema), (seq, prev)
-
-
-def _conform(t: Table, batch: pa.Table | pa.RecordBatch) -> pa.Table:
-    """Order and cast ``batch`` to the table's Arrow schema; absent nullable columns are NULL."""
-    data = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-    # Derived columns in a batch (rows read back from a store) are the store's to compute.
-    unknown = set(data.column_names) - set(t.column_names) - {d.name for d in t.derived}
-    if unknown:
-        raise SchemaMismatch(f"{t.name}: unknown columns {sorted(unknown)}")
-    arrays = []
-    for col in t.columns:
-        if col.name in data.column_names:
-            arr = data.column(col.name)
-            if arr.type != col.kind.arrow:
-                try:
-                    arr = arr.cast(col.kind.arrow)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise SchemaMismatch(
-                        f"{t.name}.{col.name}: cannot use {arr.type} as {col.kind.arrow}"
-                    ) from exc
-            if not col.nullable and arr.null_count:
-                raise SchemaMismatch(f"{t.name}.{col.name} is required but has nulls")
-        elif col.nullable:
-            arr = pa.nulls(data.num_rows, col.kind.arrow)
-        else:
-            raise SchemaMismatch(f"{t.name}: required column {col.name} is missing")
-        arrays.append(arr)
-    return pa.Table.from_arrays(arrays, schema=t.arrow_schema)
-

@@ -13,7 +13,7 @@ One known difference: a record whose attribute map repeats a key keeps both in i
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.math cimport isinf, isnan
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 
@@ -295,6 +295,136 @@ cdef struct Reader:
     Py_ssize_t end
 
 
+# -- The typed spans columns (aiops.semconv), derived while decoding --------------------------
+# The rules are derive.py's (which documents them): a value only where it is certainly what
+# semconv.ingest_select makes of the row's JSON; else the whole request goes without.
+
+SPAN_KEYS = ("gen_ai.request.model", "aiops.model.version", "http.response.status_code",
+             "http.status_code")  # derive.SPAN_KEYS; a test holds them equal
+RESOURCE_KEYS = ("service.version", "ray.serve.replica")
+_NO_RESOURCE_VALUES = (None, None)
+
+cdef enum:
+    V_NONE = 0   # absent, or null
+    V_STR = 1
+    V_INT = 2
+    V_OTHER = 3  # bool, double, array, map, bytes
+
+
+cdef struct Picked:
+    int seen         # times the key came in the map
+    int kind
+    Py_ssize_t pos   # a string's UTF-8 bytes, [pos, end) of the body
+    Py_ssize_t end
+    int64_t i
+
+
+cdef inline int _key_index(const unsigned char* p, Py_ssize_t n):
+    """The key's place in SPAN_KEYS, or -1."""
+    if n == 20 and memcmp(p, b"gen_ai.request.model", 20) == 0:
+        return 0
+    if n == 19 and memcmp(p, b"aiops.model.version", 19) == 0:
+        return 1
+    if n == 25 and memcmp(p, b"http.response.status_code", 25) == 0:
+        return 2
+    if n == 16 and memcmp(p, b"http.status_code", 16) == 0:
+        return 3
+    return -1
+
+
+cdef int _pick(Reader r, Picked* out) except -1:
+    """Note what an AnyValue holds: its last oneof field, as _any_value writes it."""
+    cdef uint64_t key
+    cdef int field, wire
+    cdef Reader s
+    while r.pos < r.end:
+        key = _varint(&r)
+        field = <int>(key >> 3)
+        wire = <int>(key & 7)
+        if field == 1 and wire == 2:
+            s = _sub(&r)
+            out.kind = V_STR
+            out.pos = s.pos
+            out.end = s.end
+        elif field == 3 and wire == 0:
+            out.kind = V_INT
+            out.i = <int64_t>_varint(&r)
+        elif (field == 2 and wire == 0) or (field == 4 and wire == 1) \
+                or (5 <= field <= 7 and wire == 2):
+            out.kind = V_OTHER
+            _skip(&r, wire)
+        else:
+            _skip(&r, wire)
+    return 0
+
+
+cdef inline int _status(Picked* v, const unsigned char* p, int64_t* out):
+    """TRY_CAST(value AS INTEGER): 1 with the value in ``out``, 0 for NULL, -1 not certain."""
+    cdef Py_ssize_t j
+    cdef int64_t x = 0
+    cdef unsigned char c
+    if v.kind == V_NONE:
+        return 0
+    if v.kind == V_INT:
+        if -2147483648 <= v.i <= 2147483647:
+            out[0] = v.i
+            return 1
+        return 0
+    if v.kind == V_STR and 0 < v.end - v.pos <= 10:
+        for j in range(v.pos, v.end):
+            c = p[j]
+            if c < 48 or c > 57:
+                return -1
+            x = x * 10 + (c - 48)
+        if x <= 2147483647:
+            out[0] = x
+            return 1
+    return -1
+
+
+cdef int _derive_span(Picked* k, const unsigned char* p, uint64_t code, object res,
+                      _Col c_model, _Col c_version, _Col c_replica, _Col c_http,
+                      _Col c_failed) except -1:
+    """Append one span's derived columns; 0 where any is not certain (derive.py's _row)."""
+    cdef int i, found
+    cdef int64_t status = 0
+    cdef bytes version, replica
+    for i in range(4):
+        if k[i].seen > 1:
+            return 0
+    if res is None:
+        return 0
+    if (k[0].kind != V_NONE and k[0].kind != V_STR) or \
+            (k[1].kind != V_NONE and k[1].kind != V_STR):
+        return 0
+    found = _status(&k[2], p, &status)
+    if found == 0:  # coalesce: the older key only where the new one gave NULL
+        found = _status(&k[3], p, &status)
+    if found < 0:
+        return 0
+    if k[0].kind == V_STR:
+        c_model.text(<const char*>(p + k[0].pos), k[0].end - k[0].pos)
+    else:
+        c_model.null()
+    version, replica = res
+    if k[1].kind == V_STR:
+        c_version.text(<const char*>(p + k[1].pos), k[1].end - k[1].pos)
+    elif version is not None:
+        c_version.text(version, len(version))
+    else:
+        c_version.null()
+    if replica is not None:
+        c_replica.text(replica, len(replica))
+    else:
+        c_replica.null()
+    if found:
+        c_http.i64(status)
+    else:
+        c_http.null()
+    c_failed.i64(1 if code == 2 or (found and status >= 500) else 0)
+    return 1
+
+
 cdef inline uint64_t _varint(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
     cdef uint64_t result = 0
     cdef int shift = 0
@@ -455,18 +585,28 @@ cdef int _kv_object(Reader r, _Json out, int field_no, int depth) except -1:
 
 
 cdef tuple _resource(Reader r, int field_no):
-    """(service.name, attributes JSON or None) of a Resource message."""
+    """(service.name, attributes JSON or None, what the derived columns read of it) of a
+    Resource message: the last is (service.version, ray.serve.replica) as UTF-8 bytes or
+    None, or None where one of them is neither a string nor null (derive.py's rule)."""
     cdef _Json out = _Json()
     cdef str json_text
     _kv_object(r, out, field_no, 0)
     json_text = out.value()
     if json_text == "{}":
-        return None, None
+        return None, None, _NO_RESOURCE_VALUES
     import orjson
     attrs = orjson.loads(json_text)
     service = attrs.get("service.name")
+    derived = []
+    for k in RESOURCE_KEYS:
+        v = attrs.get(k)
+        if v is not None and not isinstance(v, str):
+            derived = None
+            break
+        derived.append(None if v is None else (<str>v).encode())
     # Re-serialised so duplicate keys collapse exactly as the Python path's dict does.
-    return service, orjson.dumps(attrs).decode()
+    return service, orjson.dumps(attrs).decode(), \
+        None if derived is None else tuple(derived)
 
 
 cdef tuple _scope(Reader r):
@@ -503,10 +643,21 @@ cdef dict _finish(dict cols, object schema):
     return {f.name: (<_Col>cols[f.name]).finish(f.type) for f in schema}
 
 
-def decode_spans(const unsigned char[:] body, object schema):
+def decode_spans(const unsigned char[:] body, object schema, object derived_schema=None):
     """Arrow arrays of the spans table (by ``schema``) from an ExportTraceServiceRequest.
-    Returns (arrays by column name, rejected count, first rejection reason)."""
+    Returns (arrays by column name, rejected count, first rejection reason). With
+    ``derived_schema`` (derive.DERIVED_SCHEMA), the arrays hold its derived columns too where
+    every span's are certain."""
     cdef Reader top, rs, ss, sp, s
+    cdef Picked picked[4]
+    cdef Picked* picking
+    cdef bint derive = derived_schema is not None
+    cdef int i
+    cdef dict dcols = _columns(("model", "model_version", "replica"),
+                               ("http_status", "failed"))
+    cdef _Col c_model = dcols["model"], c_version = dcols["model_version"]
+    cdef _Col c_replica = dcols["replica"], c_http = dcols["http_status"]
+    cdef _Col c_failed = dcols["failed"]
     cdef uint64_t key, start, end, kind, code, dropped, latest_event
     cdef int32_t kind32
     cdef int field, wire, n_valid
@@ -536,12 +687,12 @@ def decode_spans(const unsigned char[:] body, object schema):
             _skip(&top, <int>(key & 7))
             continue
         rs = _sub(&top)
-        service, res_json = None, None
+        service, res_json, res_derived = None, None, _NO_RESOURCE_VALUES
         scopes = []
         while rs.pos < rs.end:
             key = _varint(&rs)
             if (key >> 3) == 1 and (key & 7) == 2:
-                service, res_json = _resource(_sub(&rs), 1)
+                service, res_json, res_derived = _resource(_sub(&rs), 1)
             elif (key >> 3) == 2 and (key & 7) == 2:
                 s = _sub(&rs)
                 scopes.append((s.pos, s.end))
@@ -571,6 +722,10 @@ def decode_spans(const unsigned char[:] body, object schema):
                     attrs.reset(); events.reset(); links.reset()
                     n_attrs = n_events = n_links = False
                     attrs.put(123); events.put(91); links.put(91)
+                    picking = picked if derive else NULL
+                    for i in range(4):
+                        picked[i].seen = 0
+                        picked[i].kind = V_NONE
                     while sp.pos < sp.end:
                         key = _varint(&sp)
                         field = <int>(key >> 3)
@@ -595,7 +750,7 @@ def decode_spans(const unsigned char[:] body, object schema):
                             if n_attrs:
                                 attrs.put(44)
                             n_attrs = True
-                            _one_kv(_sub(&sp), attrs)
+                            _one_kv(_sub(&sp), attrs, 0, picking)
                         elif field == 10 and wire == 0:
                             dropped = _varint(&sp)
                         elif field == 11 and wire == 2:
@@ -687,24 +842,34 @@ def decode_spans(const unsigned char[:] body, object schema):
                     c_events.json(events) if n_events else c_events.null()
                     c_links.json(links) if n_links else c_links.null()
                     c_dropped.i64(<int64_t>dropped)
+                    if derive:
+                        derive = _derive_span(picked, top.p, code, res_derived, c_model,
+                                              c_version, c_replica, c_http, c_failed)
                 else:
                     _skip(&ss, wire)
             c_service.fill(service, n_valid)
             c_res.fill(res_json, n_valid)
             c_scope.fill(scope_name, n_valid)
             c_scope_v.fill(scope_version, n_valid)
-    return _finish(cols, schema), rejected, first_reason
+    arrays = _finish(cols, schema)
+    if derive:
+        arrays.update({f.name: (<_Col>dcols[f.name]).finish(f.type) for f in derived_schema
+                       if f.name in dcols})
+    return arrays, rejected, first_reason
 
 
 _KIND_BYTES = (b"", b"internal", b"server", b"client", b"producer", b"consumer")
 _STATUS_BYTES = (b"unset", b"ok", b"error")
 
 
-cdef int _one_kv(Reader kv, _Json out, int depth=0) except -1:
+cdef int _one_kv(Reader kv, _Json out, int depth=0, Picked* picked=NULL) except -1:
+    """Write one KeyValue as ``"key":value``; with ``picked``, note the value of a key the
+    derived columns read."""
     cdef uint64_t key
     cdef Reader s, value
     cdef bint has_value = False
     cdef Py_ssize_t kstart = -1, kend = -1
+    cdef int which
     while kv.pos < kv.end:
         key = _varint(&kv)
         if (key >> 3) == 1 and (key & 7) == 2:
@@ -725,6 +890,13 @@ cdef int _one_kv(Reader kv, _Json out, int depth=0) except -1:
         _any_value(value, out, depth)
     else:
         out.write(b"null", 4)
+    if picked != NULL and kstart >= 0:
+        which = _key_index(kv.p + kstart, kend - kstart)
+        if which >= 0:
+            picked[which].seen += 1
+            picked[which].kind = V_NONE
+            if has_value:
+                _pick(value, &picked[which])
     return 0
 
 
@@ -834,7 +1006,7 @@ def decode_logs(const unsigned char[:] body, object schema):
         while rl.pos < rl.end:
             key = _varint(&rl)
             if (key >> 3) == 1 and (key & 7) == 2:
-                service, res_json = _resource(_sub(&rl), 1)
+                service, res_json, _ = _resource(_sub(&rl), 1)
             elif (key >> 3) == 2 and (key & 7) == 2:
                 s = _sub(&rl)
                 scopes.append((s.pos, s.end))

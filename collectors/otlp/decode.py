@@ -31,6 +31,7 @@ try:  # the compiled decoder (setup.py builds it); without it, the Python path b
 except ImportError:  # pragma: no cover - exercised where no C compiler was available
     _wire = None
 from aiops.schema import LOGS, METRIC_POINTS, SPANS, Table
+from collectors.otlp.derive import DERIVED_SCHEMA, SpanDerivation, with_derived
 
 __all__ = ["MAX_TIME_NS", "SIGNALS", "Decoded", "Signal", "decode"]
 
@@ -188,7 +189,10 @@ class _Columns:
 
 
 def _resource_columns(resource: Any, scope: Any) -> dict[str, Any]:
-    res = attributes(resource.attributes)
+    return _resource_values(attributes(resource.attributes), scope)
+
+
+def _resource_values(res: dict[str, Any], scope: Any) -> dict[str, Any]:
     return {
         "service_name": res.get("service.name"),
         "resource_attributes": _json(res),
@@ -210,11 +214,14 @@ def _spans(req: ExportTraceServiceRequest, rej: _Rejections) -> dict[str, pa.Tab
         c["end_time"], c["duration_ns"]
     status_code, status_msg, attrs_col = c["status_code"], c["status_message"], c["attributes"]
     events_col, links_col, dropped = c["events"], c["links"], c["dropped_attributes_count"]
+    derived = SpanDerivation()
     for rs in req.resource_spans:
+        res = attributes(rs.resource.attributes)
         for ss in rs.scope_spans:
             valid = [s for s in ss.spans if _span_ok(s, rej)]
-            out.fill(_resource_columns(rs.resource, ss.scope), len(valid))
+            out.fill(_resource_values(res, ss.scope), len(valid))
             for s in valid:
+                derived.add(res, s.attributes, s.status.code)
                 tid, sid, pid = s.trace_id, s.span_id, s.parent_span_id
                 start, end = s.start_time_unix_nano, s.end_time_unix_nano
                 trace_id.append(tid.hex())
@@ -241,7 +248,8 @@ def _spans(req: ExportTraceServiceRequest, rej: _Rejections) -> dict[str, pa.Tab
                      "trace_state": ln.trace_state, "attributes": attributes(ln.attributes)}
                     for ln in s.links]) if s.links else None)
                 dropped.append(s.dropped_attributes_count)
-    return {SPANS.name: out.to_arrow()}
+    columns = derived.columns()
+    return {SPANS.name: out.to_arrow() if columns is None else with_derived({**c, **columns})}
 
 
 def _logs(req: ExportLogsServiceRequest, rej: _Rejections) -> dict[str, pa.Table]:
@@ -401,9 +409,11 @@ def _hex_ids_to_base64(node: Any) -> Any:
 
 def _decode_compiled(signal: str, body: bytes) -> Decoded:
     t = (SPANS if signal == "traces" else LOGS).wire
-    fill = _wire.decode_spans if signal == "traces" else _wire.decode_logs
     try:
-        arrays, rejected, first = fill(body, t.arrow_schema)
+        if signal == "traces":
+            arrays, rejected, first = _wire.decode_spans(body, t.arrow_schema, DERIVED_SCHEMA)
+        else:
+            arrays, rejected, first = _wire.decode_logs(body, t.arrow_schema)
     except _wire.WireError as exc:
         raise DecodeError(f"body is not a valid OTLP {signal} protobuf message: {exc}") \
             from exc
@@ -411,8 +421,10 @@ def _decode_compiled(signal: str, body: bytes) -> Decoded:
         raise DecodeError(f"OTLP {signal} request nests values too deeply") from exc
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
         raise DecodeError(f"OTLP {signal} request has out-of-range values: {exc}") from exc
+    # The derived columns come only where every span's were certain (collectors/otlp/derive).
+    schema = DERIVED_SCHEMA if DERIVED_SCHEMA.names[-1] in arrays else t.arrow_schema
     try:
-        table = pa.Table.from_arrays([arrays[n] for n in t.column_names], schema=t.arrow_schema)
+        table = pa.Table.from_arrays([arrays[n] for n in schema.names], schema=schema)
         table.validate()
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
         raise DecodeError(f"OTLP {signal} request has out-of-range values: {exc}") from exc

@@ -24,7 +24,9 @@ from typing import Any
 import pyarrow as pa
 
 from aiops.errors import AIOpsError, SchemaMismatch, StoreError
+from aiops.schema import table
 from aiops.store import Store
+from aiops.store_conform import mergeable
 
 __all__ = ["CLIENT_SHARE", "BatchWriter", "MemoryBudget", "Overloaded", "Unstorable"]
 
@@ -163,8 +165,11 @@ class BatchWriter:
             for name, entries in p.chained.items():
                 chained[name].extend(entries)
         try:
-            self.store.append_many({n: pa.concat_tables(ts) for n, ts in tables.items()},
-                                   dict(chained))
+            # Requests whose decoder derived the spans columns and those that left it to the
+            # store (mergeable) do not concatenate as they are: then the store derives all.
+            self.store.append_many(
+                {n: pa.concat_tables(mergeable(table(n), ts)) for n, ts in tables.items()},
+                dict(chained))
         except SchemaMismatch as exc:
             return Unstorable(f"rows do not fit their table: {exc}")
         except StoreError as exc:  # the store's (disk, engine): retryable

@@ -39,3 +39,13 @@ def test_the_product_tables_are_all_declared() -> None:
 def test_docs_schema_md_is_generated_from_the_declaration() -> None:
     assert (ROOT / "docs" / "schema.md").read_text() == schema_reference(), \
         "docs/schema.md is stale: run `make docs`"
+
+
+def test_a_batch_with_its_derived_columns_is_inserted_in_the_ddl_order() -> None:
+    conn = duckdb.connect()
+    spans = table("spans")
+    conn.execute(spans.ddl())
+    described = conn.execute("DESCRIBE spans").fetchall()
+    assert spans.stored_schema.names == [r[0] for r in described]
+    assert spans.insert_select("batch", derived_given=True) == "SELECT * FROM batch"
+    assert "json_extract_string" in spans.insert_select("batch")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from aiops import semconv
 from aiops.errors import QueryRejected, SchemaMismatch, StoreError
 from aiops.migrations import MIGRATIONS
 from aiops.store import TRACE_INDEX, Store
@@ -54,6 +55,36 @@ def test_unknown_or_mistyped_columns_are_rejected(store: Store) -> None:
         store.append("spans", spans_batch(1).set_column(0, "trace_id", no_trace))
     with pytest.raises(SchemaMismatch, match="start_time"):
         store.append("spans", spans_batch(1).set_column(3, "start_time", pa.array(["soon"])))
+
+
+DERIVED = {"model": pa.array(["given"]), "model_version": pa.array(["v9"]),
+           "replica": pa.array(["r9"]), "http_status": pa.array([201], pa.int32()),
+           "failed": pa.array([False])}
+
+
+def _with_derived(trace_id: str, marked: bool, leave_out: str = "") -> pa.Table:
+    t = spans_batch(1, trace_id).set_column(4, "attributes", pa.array(
+        ['{"gen_ai.request.model": "m", "http.response.status_code": 503}']))
+    for name, values in DERIVED.items():
+        if name != leave_out:
+            t = t.append_column(name, values)
+    return t.replace_schema_metadata(dict([semconv.DECODED_MARK])) if marked else t
+
+
+def test_derived_columns_the_decoder_marked_are_stored_as_given(store: Store) -> None:
+    store.append("spans", _with_derived("aa" * 16, marked=True))
+    assert store.query("SELECT model, model_version, replica, http_status, failed FROM "
+                       "spans").rows == [("given", "v9", "r9", 201, False)]
+
+
+@pytest.mark.parametrize(("marked", "leave_out"), [(False, ""), (True, "replica")],
+                         ids=["unmarked", "marked but one missing"])
+def test_other_derived_columns_in_a_batch_are_recomputed(store: Store, marked: bool,
+                                                          leave_out: str) -> None:
+    # A client's own (or rows read back from a store) say nothing the store must believe.
+    store.append("spans", _with_derived("bb" * 16, marked, leave_out))
+    assert store.query("SELECT model, model_version, replica, http_status, failed FROM "
+                       "spans").rows == [("m", None, None, 503, True)]
 
 
 @pytest.mark.parametrize("sql", [

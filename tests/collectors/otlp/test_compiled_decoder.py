@@ -27,7 +27,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from aiops.errors import DecodeError
 from collectors.otlp import decode as decode_module
+from collectors.otlp import derive
 from collectors.otlp.decode import decode
+from tests.collectors.otlp.test_decode import derived_requests
 
 if decode_module._wire is None and os.environ.get("AIOPS_REQUIRE_COMPILED"):
     raise RuntimeError("`make test` expects the compiled decoder (setup.py builds it)")
@@ -152,6 +154,18 @@ def test_traces_decode_identically(body: bytes) -> None:
 @given(body=log_requests())
 def test_logs_decode_identically(body: bytes) -> None:
     assert outcome("logs", body, True) == outcome("logs", body, False)
+
+
+@PROPERTY
+@given(body=derived_requests())
+def test_traces_with_the_keys_of_the_derived_columns_decode_identically(body: bytes) -> None:
+    # The derived columns included: both derive them, or both leave them to the store.
+    assert outcome("traces", body, True) == outcome("traces", body, False)
+
+
+def test_the_compiled_decoder_reads_the_keys_the_python_path_reads() -> None:
+    assert decode_module._wire.SPAN_KEYS == derive.SPAN_KEYS
+    assert decode_module._wire.RESOURCE_KEYS == derive.RESOURCE_KEYS
 
 
 @pytest.mark.parametrize("body", [b"\x0a\x05\x12\x03\x12\x01\xff",  # bad UTF-8 in a name
