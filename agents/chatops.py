@@ -24,7 +24,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -37,11 +36,11 @@ from starlette.requests import ClientDisconnect
 
 from agents.agent import Agent, Answer, make_llm
 from agents.memory import LazyMemory
-from agents.slack_replay import SEEN_FILE, SeenSignatures
+from agents.settings import AgentSettings, SlackSettings
+from agents.slack_replay import SeenSignatures
 from agents.tools import Limits, Proposer, Toolbox
 from aiops.analytics.slo import Objective
 from aiops.auth import Access, Role
-from aiops.config import Settings
 from aiops.errors import AIOpsError, ConfigError
 from aiops.remediation.actions import Action
 from aiops.store import Store
@@ -122,29 +121,28 @@ class _AsRole:
 class AgentService:
     """Builds an agent per question (its toolbox names the asker) and bounds concurrency."""
 
-    def __init__(self, settings: Settings, store: Store,
+    def __init__(self, settings: AgentSettings, store: Store,
                  propose: Callable[[Action, str, int], dict[str, Any]] | None = None,
                  decide: Decide | None = None, objectives: Sequence[Objective] = (),
-                 models: Sequence[str] = (), memory: LazyMemory | None = None) -> None:
+                 models: Sequence[str] = (), memory: LazyMemory | None = None,
+                 slack: SlackSettings | None = None) -> None:
         self.settings = settings
+        self.slack = slack or SlackSettings()
         self.memory = memory
         self.store = store
         self.objectives = tuple(objectives)
         self.models = tuple(models)  # declared in the specs: known before any traffic
         self.proposer: Proposer | None = _Acting(propose, decide) if propose else None
-        self._slots = threading.BoundedSemaphore(settings.agent_max_concurrent)
+        self._slots = threading.BoundedSemaphore(settings.max_concurrent)
         self._llm: LLM | None = None
 
     @property
     def llm(self) -> LLM | None:
         """The agent's LLM client, made on first use (llama-index is slow to import)."""
         s = self.settings
-        if self._llm is None and s.agent_llm_base:
-            key = s.agent_llm_api_key or next(
-                (k.strip() for k in s.api_keys.split(",") if k.strip()), "none")
-            self._llm = make_llm(s.agent_llm_base, s.agent_llm_model, key, s.agent_timeout_s,
-                                 function_calling=s.agent_mode == "tools",
-                                 priority=s.agent_llm_priority)
+        if self._llm is None and s.llm_base:
+            self._llm = make_llm(s.llm_base, s.llm_model, s.llm_api_key, s.timeout_s,
+                                 function_calling=s.mode == "tools", priority=s.priority)
         return self._llm
 
     def ask(self, question: str, actor: str, role: Role | None) -> Answer:
@@ -156,10 +154,10 @@ class AgentService:
             s = self.settings
             proposer = _AsRole(self.proposer, role, actor) if self.proposer else None
             box = Toolbox(self.store, proposer,
-                          Limits(sql_rows=s.agent_sql_rows, sql_timeout_s=s.agent_sql_timeout_s),
+                          Limits(sql_rows=s.sql_rows, sql_timeout_s=s.sql_timeout_s),
                           actor=actor, objectives=self.objectives, models=self.models,
                           memory=self.memory)
-            return Agent(box, self.llm, s.agent_mode, s.agent_llm_when_busy).ask(question)
+            return Agent(box, self.llm, s.mode, s.when_busy).ask(question)
         finally:
             self._slots.release()
 
@@ -198,12 +196,11 @@ def make_router(service: AgentService, guards: Callable[[Access], Depends]) -> A
     ``guards(access)`` is the server's route dependency for that access level
     (``aiops.server.guard.Guards``, passed in: the agent does not import the server)."""
     router = APIRouter()
-    settings = service.settings
-    hosts = {h.strip().lower() for h in settings.slack_response_hosts.split(",") if h.strip()}
-    roles = slack_roles(settings.slack_user_roles)
+    slack = service.slack
+    hosts = slack.response_hosts
+    roles = slack_roles(slack.user_roles)
     # On disk only when Slack is on; a record that cannot be read is a ConfigError here.
-    record = Path(settings.data_dir) / SEEN_FILE if settings.slack_signing_secret else None
-    seen = SeenSignatures(SLACK_WINDOW_S, SLACK_SEEN_MAX, path=record)
+    seen = SeenSignatures(SLACK_WINDOW_S, SLACK_SEEN_MAX, path=slack.seen_file)
 
     @router.post("/v1/chatops", dependencies=[guards("operator")])
     async def chatops(body: ChatRequest, request: Request) -> JSONResponse:
@@ -222,7 +219,7 @@ def make_router(service: AgentService, guards: Callable[[Access], Depends]) -> A
 
     @router.post("/v1/slack/command", dependencies=[guards("slack")])
     async def slack_command(request: Request) -> JSONResponse:
-        secret = settings.slack_signing_secret
+        secret = slack.signing_secret
         if not secret:
             return JSONResponse({"error": "the Slack endpoint is off: set "
                                  "AIOPS_SLACK_SIGNING_SECRET"}, status_code=404)

@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field, field_validator
 from agents.chatops import SLACK_MAX_BODY, AgentService
 from agents.chatops import make_router as chatops_router
 from agents.memory import LazyMemory
+from agents.settings import AgentSettings, SlackSettings
 from aiops.analytics.engine import Analyzer, AnalyzerConfig
 from aiops.analytics.incidents import IncidentTracker
 from aiops.analytics.slo import parse_windows
@@ -135,10 +136,10 @@ def create_app(settings: Settings, store: Store,
     if tracker is not None:
         remediator.attach(tracker)  # hears of each round; marks incidents mitigating there
     agents = AgentService(
-        settings, store, remediator.propose, remediator.decide_pending,
+        AgentSettings.of(settings), store, remediator.propose, remediator.decide_pending,
         objectives=analyzer.config.objectives if analyzer is not None else (),
         models=models_from_specs(settings.models_file) if settings.analytics else (),
-        memory=memory)
+        memory=memory, slack=SlackSettings.of(settings))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

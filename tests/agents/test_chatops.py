@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from agents.chatops import AgentService, make_router
+from agents.settings import AgentSettings, SlackSettings
 from aiops.auth import TOKENS_FILE, Authenticator, Role, TokenStore
 from aiops.bench.common import free_port
 from aiops.config import Settings, load_settings
@@ -110,7 +111,7 @@ def test_an_operator_proposes_and_only_an_admin_approves(server: RunningServer) 
 
 def test_more_questions_than_slots_get_a_retryable_429(settings: Settings,
                                                        store: Store) -> None:
-    service = AgentService(settings, store)
+    service = AgentService(AgentSettings.of(settings), store, slack=SlackSettings.of(settings))
     app = FastAPI()
     app.include_router(make_router(service, Guards(Authenticator.from_settings(settings))))
     assert service._slots.acquire(blocking=False)

@@ -26,6 +26,7 @@ from starlette.types import Message
 
 from agents import chatops
 from agents.chatops import SLACK_MAX_BODY, AgentService, _Seen, make_router, slack_roles
+from agents.settings import AgentSettings, SlackSettings
 from agents.slack_replay import SEEN_FILE, SeenSignatures
 from aiops.auth import Authenticator, Role
 from aiops.bench.common import free_port
@@ -174,7 +175,7 @@ def test_a_full_replay_memory_refuses_with_503(settings: Settings, store: Store,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chatops, "SLACK_SEEN_MAX", 1)
     app = FastAPI()
-    app.include_router(make_router(AgentService(settings, store),
+    app.include_router(make_router(_service(settings, store),
                                    Guards(Authenticator.from_settings(settings))))
     client = TestClient(app)
     body = urlencode({"text": "help", "response_url": "http://127.0.0.1:9/hook"})
@@ -197,15 +198,21 @@ def test_a_malformed_slack_user_roles_fails_at_start(settings: Settings, store: 
                                                      spec: str) -> None:
     bad = settings.model_copy(update={"slack_user_roles": spec})
     with pytest.raises(ConfigError, match="AIOPS_SLACK_USER_ROLES"):
-        make_router(AgentService(bad, store), Guards(Authenticator.from_settings(bad)))
+        make_router(_service(bad, store),
+                    Guards(Authenticator.from_settings(bad)))
 
 
 # Replays across a restart (security issue, item 10): the signatures used are on disk.
 
 
+def _service(settings: Settings, store: Store) -> AgentService:
+    """The agent service as the server wires it: its own settings and Slack's."""
+    return AgentService(AgentSettings.of(settings), store, slack=SlackSettings.of(settings))
+
+
 def _router_app(settings: Settings, store: Store) -> FastAPI:
     app = FastAPI()
-    app.include_router(make_router(AgentService(settings, store),
+    app.include_router(make_router(_service(settings, store),
                                    Guards(Authenticator.from_settings(settings))))
     return app
 
