@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +66,26 @@ def save_managed(data_dir: Path, targets: list[AttachTarget]) -> Path:
     return path
 
 
-def targets_of(settings: Settings) -> list[AttachTarget]:
+@dataclass(frozen=True)
+class AttachSettings:
+    """What the attachment reads of the server's settings (``AIOPS_ATTACH*``): the targets
+    configured, where it keeps what it learns, and how often it looks."""
+
+    data_dir: Path
+    configured: tuple[AttachTarget, ...] = ()
+    interval_s: float = 5.0
+    healthy_after_s: float = 60.0
+
+    @classmethod
+    def of(cls, s: Settings) -> AttachSettings:
+        return cls(Path(s.data_dir), tuple(s.attach), s.attach_interval_s,
+                   s.attach_healthy_after_s)
+
+
+def targets_of(settings: Settings | AttachSettings) -> list[AttachTarget]:
     """Configured targets, then those ``aiops attach add`` kept; names must be unique."""
-    out = [*settings.attach, *load_managed(settings.data_dir)]
+    configured = settings.configured if isinstance(settings, AttachSettings) else settings.attach
+    out = [*configured, *load_managed(settings.data_dir)]
     seen: set[str] = set()
     for t in out:
         if t.name in seen:
@@ -111,7 +129,7 @@ def scrape_target(target: AttachTarget, version: str | None = None) -> Target | 
 
 
 class Attachment:
-    def __init__(self, settings: Settings,
+    def __init__(self, settings: AttachSettings,
                  troubled: Callable[[], set[tuple[str, str]]] = set,
                  on_targets: Callable[[list[Target]], None] | None = None,
                  on_calls: Callable[[ServiceMap], None] | None = None) -> None:
@@ -154,7 +172,7 @@ class Attachment:
                 if t.kind == "ray" and t.name not in self.histories:
                     self.histories[t.name] = ConfigHistory(
                         self.settings.data_dir / "attach" / f"{t.name}.json",
-                        self.settings.attach_healthy_after_s)
+                        self.settings.healthy_after_s)
         self._push_targets()
         log.info("attached targets: %s", ", ".join(f"{t.kind}:{t.name}" for t in targets)
                  or "none")
@@ -269,7 +287,7 @@ class Attachment:
                     self.read_once()
                 except Exception:
                     log.exception("attach round failed")
-                if self._stop.wait(self.settings.attach_interval_s):
+                if self._stop.wait(self.settings.interval_s):
                     return
 
         self._thread = threading.Thread(target=loop, name="attach", daemon=True)

@@ -43,7 +43,7 @@ from aiops.analytics.slo import parse_windows
 from aiops.analytics.topology import load_service_map
 from aiops.analytics.traces import TraceThresholds
 from aiops.attach.control import Planes
-from aiops.attach.watch import Attachment, targets_of
+from aiops.attach.watch import Attachment, AttachSettings, targets_of
 from aiops.auth import Authenticator
 from aiops.config import Settings
 from aiops.errors import AIOpsError, ConfigError, StoreError
@@ -120,7 +120,7 @@ def create_app(settings: Settings, store: Store,
     # Serving aiops did not start (docs/attach.md): read in the background; its control
     # planes join the embedded stack's behind one ControlPlane.
     declared = load_service_map(settings.service_map_file)
-    attachment = Attachment(settings, lambda: _troubled(tracker),
+    attachment = Attachment(AttachSettings.of(settings), lambda: _troubled(tracker),
                             lambda extra: scraper.set_targets(scraped(extra)),
                             lambda graph: analyzer.set_calls(declared | graph)
                             if analyzer is not None else None)

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from aiops.attach.ray_serve import Deployment, ServeApp
 from aiops.attach.watch import (
     Attachment,
+    AttachSettings,
     load_managed,
     model_tag,
     save_managed,
@@ -113,7 +114,7 @@ def test_a_vllm_models_version_is_the_tag_of_the_weights_it_loaded() -> None:
 def test_a_removed_targets_replicas_and_calls_go_with_it(tmp_path: Path) -> None:
     dead = "http://127.0.0.1:9"  # nothing listens: reads fail, are logged, and go on
     save_managed(tmp_path, [_t("r", url=dead)])
-    attachment = Attachment(load_settings(data_dir=tmp_path))
+    attachment = Attachment(AttachSettings.of(load_settings(data_dir=tmp_path)))
     # What an earlier round read off the cluster: one app with a running replica.
     attachment.apps["r"] = [ServeApp("greeter", "greeter", "1", "RUNNING", None, (
         Deployment("Greeter", "HEALTHY", ("r1",), 1, None, (("r1", 4242, "127.0.0.1"),)),))]
