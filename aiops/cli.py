@@ -351,7 +351,7 @@ def action_deny(ctx: typer.Context, action_id: str,
 def config_show(ctx: typer.Context) -> None:
     """Print the effective configuration; secrets (``SECRET_SETTINGS``) show only whether
     they are set, and credentials inside URLs (``user:pass@``, ``?token=``) are ``***``."""
-    from aiops.config import redacted_settings
+    from aiops.redact import redacted_settings
 
     typer.echo(json.dumps(redacted_settings(_settings(ctx)), indent=2))
 

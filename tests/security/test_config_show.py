@@ -50,6 +50,6 @@ def test_config_show_redacts_credentials_inside_urls() -> None:
     ("no url here, token=abc", "no url here, token=abc"),
 ])
 def test_url_credentials_are_found_wherever_they_are(text: str, shown: str) -> None:
-    from aiops.config import redact_url_secrets
+    from aiops.redact import redact_url_secrets
 
     assert redact_url_secrets(text) == shown

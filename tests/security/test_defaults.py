@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from aiops.auth import Role, TokenStore, is_loopback
 from aiops.cli import app
-from aiops.config import SECRET_SETTINGS, Settings
+from aiops.config import Settings
+from aiops.redact import SECRET_SETTINGS
 from dashboards.datasources import INFINITY_PLUGIN
 from tests.test_compose import _env
 
