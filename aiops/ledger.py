@@ -27,10 +27,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from aiops.schema import Column, Kind, table
+from aiops.schema import Column, Kind, Table, table
 
 __all__ = ["CHAIN_COLUMNS", "GENESIS", "PROVENANCE_EVENT", "Anchor", "ChainProblem",
-           "canonical", "entry_columns", "link", "verify_chain", "verify_table"]
+           "canonical", "entry_columns", "link", "link_entries", "verify_chain",
+           "verify_table"]
 
 GENESIS = "0" * 64
 # The columns of a chained table that the chain itself consists of; every other column is
@@ -225,3 +226,21 @@ def verify_table(store: Any, table_name: str) -> dict[str, Any]:
     return {"table": table_name, "entries": count, "anchored": head is not None,
             "ok": not problems, "problems": problems,
             "witness": {"heads": reading.heads, "last_seq": reading.last_seq}}
+
+
+def link_entries(t: Table, entries: list[dict[str, Any]], seq: int, prev: str
+                  ) -> tuple[pa.Table, tuple[int, str]]:
+    """Rows for ``entries`` chained after (seq, prev). Each entry's own keys fill the
+    table's columns; the whole entry is the canonical JSON the hash covers. No column holds
+    anything but the entry's key of its name (or the chain's own seq, entry, prev_hash,
+    hash): that is how ``aiops.ledger.verify_chain`` covers every column with the hash."""
+    rows = []
+    for entry in entries:
+        seq += 1
+        body = canonical(entry)
+        digest = link(prev, seq, body)
+        rows.append({**{c: entry.get(c) for c in t.column_names}, "seq": seq, "entry": body,
+                     "prev_hash": prev, "hash": digest})
+        prev = digest
+    columns = {c: [r[c] for r in rows] for c in t.column_names}
+    return pa.Table.from_pydict(columns, schema=t.arrow_schema), (seq, prev)

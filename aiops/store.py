@@ -31,10 +31,10 @@ from aiops.errors import (
     StoreError,
 )
 from aiops.fileperms import private_dir, private_file
-from aiops.ledger import CHAINED_TABLES, GENESIS, Anchor, canonical, link
+from aiops.ledger import CHAINED_TABLES, GENESIS, Anchor, link_entries
 from aiops.migrations import apply_migrations
 from aiops.querywatch import QueryWatch
-from aiops.schema import Table, table
+from aiops.schema import table
 from aiops.store_conform import conform
 from aiops.witness import Witness
 
@@ -137,7 +137,7 @@ class Store:
             heads = {name: self._head(name) for name in chained}
             new_heads = {}
             for name, entries in chained.items():
-                linked, new_heads[name] = _link_entries(table(name), entries, *heads[name])
+                linked, new_heads[name] = link_entries(table(name), entries, *heads[name])
                 prepared.append((table(name), linked, False))
             cur = self._cursor()
             try:
@@ -494,21 +494,3 @@ def _approx_bytes(value: Any) -> int:
 # Time-series tables and the column retention ages them by.
 _TIME_COLUMNS = {"spans": "start_time", "logs": "time", "metric_points": "time"}
 TIME_SERIES_TABLES = tuple(_TIME_COLUMNS)
-
-
-def _link_entries(t: Table, entries: list[dict[str, Any]], seq: int, prev: str
-                  ) -> tuple[pa.Table, tuple[int, str]]:
-    """Rows for ``entries`` chained after (seq, prev). Each entry's own keys fill the
-    table's columns; the whole entry is the canonical JSON the hash covers. No column holds
-    anything but the entry's key of its name (or the chain's own seq, entry, prev_hash,
-    hash): that is how ``aiops.ledger.verify_chain`` covers every column with the hash."""
-    rows = []
-    for entry in entries:
-        seq += 1
-        body = canonical(entry)
-        digest = link(prev, seq, body)
-        rows.append({**{c: entry.get(c) for c in t.column_names}, "seq": seq, "entry": body,
-                     "prev_hash": prev, "hash": digest})
-        prev = digest
-    columns = {c: [r[c] for r in rows] for c in t.column_names}
-    return pa.Table.from_pydict(columns, schema=t.arrow_schema), (seq, prev)
