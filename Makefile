@@ -106,22 +106,15 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 
-test: install
+test: install vllm-env
 	@# Three lanes, cheapest first so a broken change fails in minutes: the unit lane (no
 	@# stack), the stack lane (one session stack, the attach and live tests), then the
 	@# end-to-end demo runs ("alone"), which judge detection and recovery in seconds and so
 	@# run once the session's stack (a second Ray and eBPF collector) is gone.
-	@# The vLLM environment (~3 min of pip on a fresh clone) is built, niced, while the unit
-	@# lane runs: only the stack lane needs it.
 	@# As root the eBPF and Prometheus tests must run (not skip): that is how CI runs.
 	@if [ "$$(id -u)" = 0 ]; then export AIOPS_REQUIRE_EBPF=1 AIOPS_REQUIRE_PROMETHEUS=1; fi; \
-	export AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1; rc=0; mkdir -p .build; \
-	nice -n 10 $(MAKE) --no-print-directory vllm-env > .build/vllm-env.log 2>&1 & vllm=$$!; \
+	export AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1; rc=0; \
 	for lane in "not stack and not alone" "stack and not alone" "alone"; do \
-		if [ -n "$$vllm" ] && [ "$$lane" != "not stack and not alone" ]; then \
-			if ! wait $$vllm; then cat .build/vllm-env.log; \
-				echo "make vllm-env failed (log above): the stack lane needs it"; exit 1; fi; \
-			vllm=; fi; \
 		echo "== pytest -m '$$lane'"; \
 		$(BIN)/python -m pytest -m "$$lane" --durations=20; r=$$?; \
 		if [ $$r -eq 5 ]; then echo "pytest collected no tests for '$$lane': that is a failure"; r=1; fi; \
