@@ -278,7 +278,7 @@ ACTIONS = Table(
         _c("params", Kind.JSON, "Parameters."),
         _c("mode", Kind.VARCHAR, "off, dry_run, approve or auto (the policy's decision)."),
         _c("status", Kind.VARCHAR, "proposed, denied, dry_run, pending, approved, executed, "
-           "verified, failed, expired."),
+           "verified, failed, expired, withdrawn."),
         _c("outcome", Kind.JSON, "What happened, including verification."),
         _c("updated_at", Kind.TIMESTAMP, "When this state was written: each change is a new "
            "row; the latest per action_id is its state (view actions_current)."),

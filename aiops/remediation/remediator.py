@@ -124,6 +124,10 @@ class Remediator:
         # (incident, cause, fault class) already acted on: one action per verdict, so a
         # repeat does not fight the first, but an incident whose cause changes is replanned.
         self._planned: set[tuple[str, str, str]] = set()
+        # Incidents a lost node was ever a cause of: once the node's event ages out of the
+        # window, the latency while Serve moves its replicas can be a round's only cause, and
+        # is still the node's consequence (nothing to scale or roll back for).
+        self._node_lost: set[str] = set()
         self._lock = threading.Lock()
         # The incidents' owner, once attached: without one, actions mark nothing mitigating.
         self.incidents: IncidentTracker | None = None
@@ -175,7 +179,12 @@ class Remediator:
         and expire the rest."""
         with self._lock:
             for inc in changed:
+                if any(c.fault_class is FaultClass.NODE for c in inc.causes) and \
+                        inc.incident_id not in self._node_lost:
+                    self._node_lost.add(inc.incident_id)
+                    self._withdraw(inc.incident_id, now_ns)
                 if inc.status is Status.OPEN and inc.causes and \
+                        inc.incident_id not in self._node_lost and \
                         _verdict(inc) not in self._planned:
                     self._handle(inc, now_ns)
             self._verify(now_ns)
@@ -222,6 +231,16 @@ class Remediator:
             self._record(tracked, "approved", "policy", now_ns, outcome)
             self._execute(tracked, now_ns)
         return tracked
+
+    def _withdraw(self, incident_id: str, now_ns: int) -> None:
+        """A lost node turned out to explain the incident (Ray declares a node dead some
+        seconds after its replicas' requests began to suffer): what was planned for the
+        symptom and still waits for an approver is withdrawn."""
+        for t in self.actions.values():
+            if t.action.incident_id == incident_id and t.status == "pending":
+                self._record(t, "withdrawn", "planner", now_ns, {
+                    "reason": "a lost node explains the incident; Serve reschedules its "
+                              "replicas"})
 
     def _execute(self, t: _Tracked, now_ns: int) -> None:
         try:

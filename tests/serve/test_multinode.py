@@ -131,15 +131,21 @@ def test_losing_the_worker_node_is_an_incident_on_it_and_its_replicas_come_back(
                 "head": True, "worker-1": False}
             done = wait_for("the incident to resolve", timeout_s=120, check=lambda: (
                 (cur := db.incident(inc["incident_id"]))["status"] == "resolved" and cur))
-            # Serve moves the replicas itself: no action was planned for a lost node.
-            actions = db.rows("SELECT kind, status, outcome FROM actions WHERE incident_id = ?",
-                              [inc["incident_id"]])
+            # Serve moves the replicas itself: nothing is planned once the node is known lost,
+            # and nothing runs. (Ray declares the node dead some seconds after its requests
+            # begin to suffer; a plan for that symptom can come first, and is withdrawn.)
+            actions = db.rows(
+                "SELECT kind, status, outcome, epoch_ns(created_at) >= (SELECT "
+                "min(epoch_ns(updated_at)) FROM incidents WHERE incident_id = ? "
+                "AND fault_class = 'node') AS after_node FROM actions WHERE incident_id = ?",
+                [inc["incident_id"], inc["incident_id"]])
         time.sleep(3)
     finally:
         stop.set()
         thread.join()
     assert lost.raylet_pid and detected_s < 60, detected_s
     assert len(moved) == 2 and done["closed_at"]
-    assert actions == [], actions
+    assert not [a for a in actions if a["after_node"] or a["status"] in (
+        "approved", "executed", "verified", "failed")], actions
     after = [code for t, code in codes if t > time.time() - 2.5]
     assert after and all(c == 200 for c in after), codes[-20:]

@@ -146,3 +146,43 @@ def test_only_the_tracker_appends_to_incidents() -> None:
     writers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "aiops").rglob("*.py")
                      if write.search(p.read_text(encoding="utf-8")))
     assert writers == ["aiops/analytics/incidents.py"]
+
+
+
+def _lost(now_ns: int) -> Finding:
+    return Finding("node_lost", Entity("echo", "v1", "echo#r1"), FaultClass.NODE, 3.0,
+                   now_ns - 5 * NS, now_ns, "Ray node worker-1 was lost", node="worker-1")
+
+
+def test_an_incident_a_lost_node_caused_gets_no_action_while_its_replicas_move(
+        store: Store) -> None:
+    control = FakeControl()
+    remediator = _remediator(store, "auto", control)
+    tracker = IncidentTracker(resolve_after_s=30, store=store)
+    remediator.attach(tracker)
+    (inc,) = tracker.update([_lost(T0)], T0)
+    for k in range(1, 4):  # the latency while Serve moves the replicas
+        tracker.update([_slow(T0 + k * NS)], T0 + k * NS)
+        assert tracker.open_ids() == {inc.incident_id}
+    assert control.calls == [] and remediator.pending() == []
+    assert store.query("SELECT count(*) FROM actions").rows == [(0,)]
+
+
+def test_what_was_planned_for_the_symptom_before_the_node_was_declared_lost_is_withdrawn(
+        store: Store) -> None:
+    """Ray declares a node dead seconds after its replicas' requests begin to suffer: the
+    latency comes first and a scale waits for an approver when the node's loss arrives."""
+    control = FakeControl()
+    remediator = _remediator(store, "approve", control)
+    tracker = IncidentTracker(resolve_after_s=30, store=store)
+    remediator.attach(tracker)
+    tracker.update([_slow(T0)], T0)
+    (pending,) = remediator.pending()
+    tracker.update([_slow(T0 + NS), _lost(T0 + NS)], T0 + NS)
+    assert remediator.pending() == [] and control.calls == []
+    assert store.query("SELECT status, outcome->>'reason' FROM actions_current").rows == [
+        ("withdrawn", "a lost node explains the incident; Serve reschedules its replicas")]
+    with pytest.raises(ValueError, match="withdrawn, not pending"):
+        remediator.decide_pending(pending["action_id"], True, "user:bob", T0 + 2 * NS)
+    tracker.update([_slow(T0 + 3 * NS)], T0 + 3 * NS)
+    assert store.query("SELECT count(DISTINCT action_id) FROM actions").rows == [(1,)]
