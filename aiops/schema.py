@@ -115,6 +115,20 @@ class Table:
             return self.derive(source, tuple(d.name for d in self.derived))
         return f"SELECT *, {', '.join(d.sql for d in self.derived)} FROM {source}"
 
+    def archived_select(self, source: str, present: set[str]) -> str:
+        """SELECT over archived rows (``source``, whose columns are ``present``): a file
+        written before a derived column existed lacks it, or holds NULLs where the union of
+        old and new files fills one in; it is derived from the row's own columns there."""
+        if not self.derived:
+            return f"SELECT * FROM {source}"
+        kept = [d for d in self.derived if d.name in present]
+        added = [d for d in self.derived if d.name not in present]
+        replace = (" REPLACE (" + ", ".join(
+            f"coalesce({d.name}, CAST({d.sql} AS {d.kind.duckdb})) AS {d.name}" for d in kept)
+            + ")") if kept else ""
+        extra = "".join(f", CAST({d.sql} AS {d.kind.duckdb}) AS {d.name}" for d in added)
+        return f"SELECT *{replace}{extra} FROM {source}"
+
     @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]

@@ -258,12 +258,13 @@ class Store:
         """``<table>_all``: live rows plus the archived ones, for every time-series table."""
         for name in _TIME_COLUMNS:
             folder = self.archive_dir / name if self.archive_dir is not None else None
-            if folder is not None and any(True for _ in folder.glob("*.parquet")):
-                source = (f"SELECT * FROM {name} UNION ALL BY NAME SELECT * FROM read_parquet("
-                          f"'{folder}/*.parquet', union_by_name = true)")
-            else:
-                source = f"SELECT * FROM {name}"
+            source = f"SELECT * FROM {name}"
             with self._cursor() as cur:
+                if folder is not None and any(True for _ in folder.glob("*.parquet")):
+                    files = f"read_parquet('{folder}/*.parquet', union_by_name = true)"
+                    present = {r[0] for r in cur.execute(f"DESCRIBE SELECT * FROM {files}")
+                               .fetchall()}
+                    source += f" UNION ALL BY NAME {table(name).archived_select(files, present)}"
                 cur.execute(f"CREATE OR REPLACE VIEW {name}_all AS {source}")
 
     def anchor(self, table_name: str) -> Anchor | None:

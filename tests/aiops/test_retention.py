@@ -59,3 +59,34 @@ def test_the_archive_is_the_only_place_queries_may_read_files(tmp_path: Path) ->
     with pytest.raises(StoreError, match="disabled"):
         store.query("SELECT * FROM read_text('/etc/hostname')")
     store.close()
+
+
+def test_rows_archived_before_the_typed_span_columns_existed_get_them_derived(
+        tmp_path: Path) -> None:
+    """An archive file from before migration 9 has no ``model``/``failed``/... columns;
+    beside newer files the union fills them with NULL. The view derives them from the row."""
+    import pyarrow.parquet as pq
+
+    from aiops.schema import SPANS
+
+    def failing(times: list[int], model: str) -> pa.Table:
+        t = spans(times)
+        return t.append_column("attributes", pa.array(
+            [f'{{"gen_ai.request.model": "{model}", "http.response.status_code": 503}}'] *
+            len(times))).append_column("status_code", pa.array(["unset"] * len(times)))
+
+    store = Store(tmp_path / "t.duckdb")
+    store.append("spans", failing([NOW - 50 * HOUR], "old"))
+    assert store.archive("spans", NOW - 48 * HOUR) == 1
+    [old] = (tmp_path / "archive" / "spans").glob("*.parquet")
+    derived = [d.name for d in SPANS.derived]
+    pq.write_table(pq.read_table(old).drop_columns(derived), old)  # as an old release wrote it
+    store.close()
+
+    store = Store(tmp_path / "t.duckdb")
+    query = "SELECT model, http_status, failed FROM spans_all ORDER BY start_time"
+    assert store.query(query).rows == [("old", 503, True)]
+    store.append("spans", failing([NOW - 30 * HOUR], "new"))
+    assert store.archive("spans", NOW - 24 * HOUR) == 1  # a file with the columns beside it
+    assert store.query(query).rows == [("old", 503, True), ("new", 503, True)]
+    store.close()

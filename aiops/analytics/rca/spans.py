@@ -11,6 +11,7 @@ from typing import Any
 
 import duckdb
 
+from aiops import semconv
 from aiops.analytics.rca.model import Evidence, EvidenceKind, FaultClass, RankConfig
 from aiops.analytics.rca.rates import Counts
 from aiops.analytics.rca.scope import END, Db, Scope, lit
@@ -33,14 +34,15 @@ class _SpanFacts:
         self.cfg = cfg
         # Per span: its exclusive time (duration less its children's), the one remote
         # entity it called when all its children are elsewhere (a client span), and whether
-        # an error under it started deeper down.
+        # an error under it started deeper down. "Failed" as everywhere (aiops.semconv):
+        # an error status or an HTTP 5xx.
         facts = db.arrow(f"""
             WITH s AS (
                 SELECT trace_id, span_id, parent_span_id, name AS op,
                        coalesce({scope.entity}, '') AS ent,
                        coalesce(duration_ns, epoch_ns(end_time) - epoch_ns(start_time))
                            / 1e6 AS ms,
-                       coalesce(status_code = 'error', false) AS err,
+                       coalesce({semconv.FAILED}, false) AS err,
                        {scope.phase('start_time')} AS phase,
                        {scope.bucket('start_time')} AS bucket, epoch_ns(start_time) AS t,
                        coalesce(epoch_ns(end_time), epoch_ns(start_time) + duration_ns)

@@ -43,6 +43,9 @@ class Knobs:
     version_ms: dict[str, float] = field(default_factory=dict)  # model time per version
     api_fails: bool = False  # the api hits an error path instead of calling the model
     model_down: bool = False  # the model answers nothing; the api's call to it errors
+    # Failures marked as HTTP 5xx with no error status (as HTTP instrumentation and proxies
+    # leave them) rather than as an error status.
+    http_5xx: bool = False
 
 
 class Telemetry:
@@ -56,11 +59,14 @@ class Telemetry:
 
     def span(self, trace: str, parent: str | None, service: str, name: str, start: float,
              ms: float, replica: str | None = None, error: bool = False,
-             version: str | None = None) -> str:
+             version: str | None = None, http_5xx: bool = False) -> str:
         span_id = f"{self.rng.getrandbits(64):016x}"
         attrs = {"service.name": service, "service.instance.id": replica or f"{service}-0"}
+        own: dict[str, Any] = {"aiops.model.version": version} if version else {}
+        if error and http_5xx:
+            own["http.response.status_code"], error = 503, False
         self.spans.append({
-            "attributes": json.dumps({"aiops.model.version": version} if version else {}),
+            "attributes": json.dumps(own),
             "trace_id": trace, "span_id": span_id, "parent_span_id": parent, "name": name,
             "start_time": int(start), "end_time": int(start + ms * 1e6),
             "duration_ns": int(ms * 1e6), "status_code": "error" if error else "unset",
@@ -98,7 +104,7 @@ class Telemetry:
         call_api = self.span(trace, root, "gateway", "POST api/predict", t + 0.5e6,
                              api + 2 * net)
         served = self.span(trace, call_api, "api", "POST /predict", t + 0.5e6 + net * 1e6, api,
-                           error=k.api_fails)
+                           error=k.api_fails, http_5xx=k.http_5xx)
         self.log(trace, served, "api", t + 0.6e6 + net * 1e6,
                  f"predict request {self.rng.randint(1, 10_000)} accepted")
         if k.api_fails:
@@ -107,7 +113,8 @@ class Telemetry:
             return
         at = t + (0.5 + net + api_own / 2) * 1e6
         if k.model_down:
-            self.span(trace, served, "api", "POST model/infer", at, 2 * net, error=True)
+            self.span(trace, served, "api", "POST model/infer", at, 2 * net, error=True,
+                      http_5xx=k.http_5xx)
             return
         call_model = self.span(trace, served, "api", "POST model/infer", at, model + 2 * net)
         self.span(trace, call_model, "model", "infer", at + net * 1e6, model, replica=replica,
@@ -197,6 +204,16 @@ def test_a_callee_that_stops_answering_is_a_crash(store: Store) -> None:
     simulate(store, during=Knobs(model_down=True))
     first, fault, _ = top(store)
     assert (first, fault) == ("model", FaultClass.CRASH)
+
+
+def test_a_5xx_without_an_error_status_is_a_failure_as_everywhere_else(store: Store) -> None:
+    """"Failed" means one thing (aiops.semconv): the requests answered 503 failed, and
+    their spans are error evidence as if their status said so."""
+    simulate(store, during=Knobs(api_fails=True, http_5xx=True))
+    ranked = rank(store, ANOMALY, BASELINE)
+    assert (ranked[0].entity, ranked[0].fault_class) == ("api", FaultClass.ERRORS)
+    assert any(e.kind is EvidenceKind.TRACE and e.signal.startswith("errors:")
+               for e in ranked[0].evidence), ranked[0].evidence
 
 
 def test_the_entity_attribute_chooses_the_candidates_a_slow_replica(store: Store) -> None:
