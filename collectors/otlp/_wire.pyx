@@ -135,13 +135,28 @@ cdef class _Json:
             return 0
         text = PyOS_double_to_string(v, b"r", 0, Py_DTSF_ADD_DOT_0, NULL)
         try:
-            self.write(text, len(<bytes>text))
+            out = _as_orjson(<bytes>text)
         finally:
             PyMem_Free(text)
+        self.write(out, len(out))
         return 0
 
     cdef str value(self):
         return PyUnicode_DecodeUTF8(self.data, self.length, NULL)
+
+
+cdef bytes _as_orjson(bytes r):
+    """Python's shortest repr of a double as orjson writes the same digits (the Python
+    decoder's JSON): decimal for exponent -5 (6.1e-05 -> 0.000061) and exponents without zero
+    padding (1e-06 -> 1e-6)."""
+    cdef Py_ssize_t e = r.find(b"e")
+    if e < 0:
+        return r
+    mantissa, exponent = r[:e], int(r[e + 1:])
+    if exponent == -5:
+        sign = b"-" if mantissa.startswith(b"-") else b""
+        return sign + b"0.0000" + mantissa.lstrip(b"-").replace(b".", b"")
+    return mantissa + (b"e+%d" % exponent if exponent > 0 else b"e%d" % exponent)
 
 
 cdef class _Col:

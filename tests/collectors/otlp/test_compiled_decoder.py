@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -152,7 +152,24 @@ def test_traces_decode_identically(body: bytes) -> None:
 
 @PROPERTY
 @given(body=log_requests())
+# Found by this test: a double body of 2^-14 was 6.103515625e-05 (Python's repr) compiled and
+# 0.00006103515625 (orjson's form) through the Python path.
+@example(body=b"\n-\n\x00\x12)\n\x00\x12\x0e*\x02\n\x00R\x08\x00\x00\x00\x00\x00\x00\x00"
+         b"\x00\x12\x15*\t!\x00\x00\x00\x00\x00\x00\x10?R\x08\x00\x00\x00\x00\x00\x00\x00\x00")
 def test_logs_decode_identically(body: bytes) -> None:
+    assert outcome("logs", body, True) == outcome("logs", body, False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(
+    [1e-5, -1.5e-5, 9.99e-6, 1e-7, 1e15, 1e16, 1.5e16, 1e21, 5e-324, -0.0]))
+def test_a_double_is_written_as_orjson_writes_it(value: float) -> None:
+    """The compiled decoder's JSON of a double (a log body, an attribute) is the Python
+    path's: orjson's decimal range and unpadded exponents, not Python's repr."""
+    record = LogRecord(body=AnyValue(double_value=value), attributes=[
+        KeyValue(key="x", value=AnyValue(double_value=value))])
+    body = ExportLogsServiceRequest(resource_logs=[ResourceLogs(scope_logs=[
+        ScopeLogs(log_records=[record])])]).SerializeToString()
     assert outcome("logs", body, True) == outcome("logs", body, False)
 
 
