@@ -98,6 +98,10 @@ class Settings(BaseSettings):
     server_port: int = Field(
         4318, ge=1, le=65535, description="Port of the aiops server (OTLP/HTTP's standard port)."
     )
+    otlp_grpc_port: int = Field(
+        4317, ge=0, le=65535, description="Port of the OTLP/gRPC receiver (OTLP's standard "
+        "gRPC port), on `server_host`, with the HTTP side's tokens, limits and TLS; 0: no "
+        "gRPC receiver.")
     server_tls_cert: Path | None = Field(
         None, description="PEM certificate (chain) of the aiops server; set with "
         "`server_tls_key`, the server speaks HTTPS only and every aiops client uses https.")

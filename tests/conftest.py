@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +20,10 @@ from aiops.server.app import create_app
 from aiops.stack import read_state, session_members, settings_env
 from aiops.store import Store
 from tests.loopback import serving
+
+# Servers started by tests (and their child processes) leave OTLP/gRPC off unless a test asks
+# for it on a port of its own: several run at once in the stack lane, and 4317 is one port.
+os.environ.setdefault("AIOPS_OTLP_GRPC_PORT", "0")
 
 
 @pytest.fixture(autouse=True)

@@ -109,9 +109,11 @@ def test_entrypoints_are_in_the_image() -> None:
 def test_ports_are_the_ones_the_processes_listen_on() -> None:
     defaults = Settings()
     server, serve = _env(SERVICES["aiops"]), _env(SERVICES["ray-head"])
-    port = server["AIOPS_SERVER_PORT"]
-    assert [published(p)[1:] for p in SERVICES["aiops"]["ports"]] == [(port, port)]
+    port, grpc = server["AIOPS_SERVER_PORT"], server["AIOPS_OTLP_GRPC_PORT"]
+    assert [published(p)[1:] for p in SERVICES["aiops"]["ports"]] == [(port, port), (grpc, grpc)]
     assert int(server["AIOPS_SERVER_PORT"]) == defaults.server_port
+    # OTLP's two standard ports (the test session turns gRPC off in its own environment).
+    assert int(grpc) == Settings.model_fields["otlp_grpc_port"].default == 4317
     assert [published(p)[1:] for p in SERVICES["ray-head"]["ports"]] == [
         (serve["AIOPS_SERVE_PORT"], serve["AIOPS_SERVE_PORT"]),
         (serve["AIOPS_CONTROL_PORT"], serve["AIOPS_CONTROL_PORT"])]

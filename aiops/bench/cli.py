@@ -31,9 +31,10 @@ def bench_ingest(
     spans_per_request: Annotated[int, typer.Option(help="Spans in one OTLP request.")] = 1000,
     requests: Annotated[int, typer.Option(help="Distinct pre-encoded requests.")] = 20,
     rounds: Annotated[int, typer.Option(help="Times each request is replayed.")] = 5,
-    clients: Annotated[int, typer.Option(help="Concurrent HTTP client threads.")] = 4,
+    clients: Annotated[int, typer.Option(help="Concurrent client threads.")] = 4,
 ) -> None:
-    """OTLP spans over HTTP into DuckDB, beside the store's own append rates."""
+    """OTLP spans and logs over HTTP and gRPC (the same requests) into DuckDB, beside the
+    store's own append rates."""
     from aiops.bench.ingest import run_ingest
 
     r = run_ingest(requests, spans_per_request, rounds, clients)
@@ -42,6 +43,8 @@ def bench_ingest(
     t.add_row(f"OTLP/HTTP protobuf spans -> DuckDB (spans/s){core}", f"{r.http_spans_per_s:,.0f}")
     t.add_row(f"OTLP/HTTP protobuf logs -> DuckDB (records/s){core}",
               f"{r.http_logs_per_s:,.0f}")
+    t.add_row(f"OTLP/gRPC spans -> DuckDB (spans/s){core}", f"{r.grpc_spans_per_s:,.0f}")
+    t.add_row(f"OTLP/gRPC logs -> DuckDB (records/s){core}", f"{r.grpc_logs_per_s:,.0f}")
     t.add_row("server peak RSS (MiB)", f"{r.server_peak_rss_mib:,.0f}")
     t.add_row("store: Arrow batch append (rows/s)", f"{r.arrow_append_rows_per_s:,.0f}")
     t.add_row("peer: DuckDB executemany (rows/s)", f"{r.executemany_rows_per_s:,.0f}")

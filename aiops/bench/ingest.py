@@ -1,9 +1,9 @@
 """Benchmarks (``aiops bench``, ``make bench``). Figures go to docs/benchmarks.md by hand, with
 the command that produced them; nothing here asserts a speed.
 
-``ingest``: OTLP/HTTP protobuf spans end to end into DuckDB through a real ``aiops server``
-subprocess, from pre-encoded requests replayed by client threads (so the client is not what is
-measured), and beside it the store's own Arrow append rate and the row-by-row ``executemany``
+``ingest``: OTLP protobuf spans and logs end to end into DuckDB through a real ``aiops server``
+subprocess, over HTTP and over gRPC (the very same requests), from pre-encoded requests replayed
+by client threads (so the client is not what is measured), and beside it the store's own Arrow append rate and the row-by-row ``executemany``
 insert it replaces.
 """
 
@@ -27,7 +27,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeL
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from aiops.bench.common import peak_rss_mib, running_server
+from aiops.bench.common import free_port, peak_rss_mib, running_server
 from aiops.schema import SPANS
 from aiops.store import Store
 from collectors.otlp.decode import decode
@@ -94,29 +94,72 @@ class IngestResult:
     http_spans_per_s: float
     logs: int
     http_logs_per_s: float
+    grpc_spans_per_s: float
+    grpc_logs_per_s: float
     server_peak_rss_mib: float
     pinned: bool
     arrow_append_rows_per_s: float
     executemany_rows_per_s: float
 
 
-def _http_ingest(
+def _ingest(
     bodies: dict[str, list[bytes]], rounds: int, clients: int, workdir: Path
-) -> tuple[dict[str, float], float]:
-    """Seconds per signal to replay the bodies, and the server's peak RSS. The server runs
-    on core 0 and this client on the others, so the figure is the server's on one core."""
+) -> tuple[dict[tuple[str, str], float], float]:
+    """Seconds per (transport, signal) to replay the bodies over OTLP/HTTP and OTLP/gRPC (the
+    same requests), and the server's peak RSS. The server runs on core 0 and this client on
+    the others, so the figure is the server's on one core."""
     elapsed = {}
     previous = os.sched_getaffinity(0)
     others = previous - {0} or previous
     os.sched_setaffinity(0, others)
     try:
-        with running_server(workdir, cpu=0) as (settings, pid):
+        with running_server(workdir, cpu=0, otlp_grpc_port=free_port()) as (settings, pid):
+            target = f"127.0.0.1:{settings.otlp_grpc_port}"
             for signal, signal_bodies in bodies.items():
-                elapsed[signal] = _replay(settings.server_url, signal, signal_bodies, rounds,
-                                          clients)
+                elapsed["http", signal] = _replay(settings.server_url, signal, signal_bodies,
+                                                  rounds, clients)
+                elapsed["grpc", signal] = _replay_grpc(target, signal, signal_bodies, rounds,
+                                                       clients)
             return elapsed, peak_rss_mib(pid)
     finally:
         os.sched_setaffinity(0, previous)
+
+
+def _replay_grpc(target: str, signal: str, bodies: list[bytes], rounds: int,
+                 clients: int) -> float:
+    """As ``_replay``, through the gRPC Export method (one channel per client thread)."""
+    import grpc
+
+    from collectors.otlp.grpc_receiver import SERVICES
+
+    jobs = [b for _ in range(rounds) for b in bodies]
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def worker() -> None:
+        with grpc.insecure_channel(target, options=[
+                ("grpc.max_send_message_length", 64 << 20)]) as channel:
+            export = channel.unary_unary(f"/{SERVICES[signal]}/Export")
+            while True:
+                with lock:
+                    if not jobs:
+                        return
+                    body = jobs.pop()
+                try:
+                    export(body, timeout=60)
+                except grpc.RpcError as exc:
+                    errors.append(f"{exc.code()}: {exc.details()}")
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise RuntimeError(f"{len(errors)} gRPC exports failed, e.g. {errors[0]}")
+    return elapsed
 
 
 def _replay(url: str, signal: str, bodies: list[bytes], rounds: int, clients: int) -> float:
@@ -184,8 +227,10 @@ def run_ingest(requests: int = 20, spans_per_request: int = 1000, rounds: int = 
     logs = encoded_log_requests(requests, spans_per_request)
     with tempfile.TemporaryDirectory(prefix="aiops-bench-") as tmp:
         work = Path(tmp)
-        elapsed, rss = _http_ingest({"traces": spans, "logs": logs}, rounds, clients, work)
+        elapsed, rss = _ingest({"traces": spans, "logs": logs}, rounds, clients, work)
         arrow_rate, row_rate = _store_rates(spans, work)
     total = requests * spans_per_request * rounds
-    return IngestResult(total, total / elapsed["traces"], total, total / elapsed["logs"], rss,
-                        (os.cpu_count() or 1) > 1, arrow_rate, row_rate)
+    return IngestResult(total, total / elapsed["http", "traces"], total,
+                        total / elapsed["http", "logs"], total / elapsed["grpc", "traces"],
+                        total / elapsed["grpc", "logs"], rss, (os.cpu_count() or 1) > 1,
+                        arrow_rate, row_rate)

@@ -14,7 +14,7 @@ import json
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -59,6 +59,7 @@ from aiops.server.guard import Guards
 from aiops.server.sql import SQL_MAX_BODY, QueryPool
 from aiops.server.sql import make_router as sql_router
 from aiops.store import Store
+from collectors.otlp.grpc_receiver import GrpcOptions, GrpcReceiver
 from collectors.otlp.receiver import ReceiverMetrics, make_router
 from collectors.otlp.writer import BatchWriter, MemoryBudget
 from collectors.prometheus import Scraper, Target, parse_targets
@@ -85,6 +86,20 @@ class RolloutRequest(BaseModel):
                 or steps[-1] != 100:
             raise ValueError("steps must rise strictly within 1..100 and end at 100")
         return steps
+
+
+def _grpc_receiver(settings: Settings, writer: BatchWriter, budget: MemoryBudget,
+                   authenticator: Authenticator, metrics: ReceiverMetrics,
+                   refused: Callable[[str], None]) -> GrpcReceiver | None:
+    """OTLP/gRPC beside OTLP/HTTP: same host, tokens, message cap and TLS."""
+    if not settings.otlp_grpc_port:
+        return None
+    tls = None
+    if settings.server_tls_cert is not None and settings.server_tls_key is not None:
+        tls = (settings.server_tls_key.read_bytes(), settings.server_tls_cert.read_bytes())
+    return GrpcReceiver(GrpcOptions(settings.server_host, settings.otlp_grpc_port,
+                                    settings.max_body_bytes, tls),
+                        writer, budget, authenticator, metrics, refused)
 
 
 def create_app(settings: Settings, store: Store,
@@ -141,8 +156,15 @@ def create_app(settings: Settings, store: Store,
         models=models_from_specs(settings.models_file) if settings.analytics else (),
         memory=memory, slack=SlackSettings.of(settings))
 
+    refused = Counter("aiops_gate_refused", "Requests refused before their body was read, "
+                      "by reason (host, auth, size, slow)", ["reason"], registry=registry)
+    grpc_receiver = _grpc_receiver(settings, writer, budget, guards.authenticator,
+                                   receiver_metrics, lambda why: refused.labels(why).inc())
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if grpc_receiver is not None:
+            grpc_receiver.start()  # fails the start-up when its port cannot be bound
         scraper.start()
         attachment.start()
         if retention is not None:
@@ -158,6 +180,8 @@ def create_app(settings: Settings, store: Store,
         attachment.close()
         scraper.close()
         memory.close()
+        if grpc_receiver is not None:
+            grpc_receiver.close()
         writer.close()  # commit what is queued before the store closes
 
     # The API description is served like any other read route (viewer), not by FastAPI's
@@ -185,8 +209,6 @@ def create_app(settings: Settings, store: Store,
         Gauge("aiops_analytics_round_max_seconds", "Longest analytics round so far",
               registry=registry).set_function(lambda: stats.max_round_s)
 
-    refused = Counter("aiops_gate_refused", "Requests refused before their body was read, "
-                      "by reason (host, auth, size, slow)", ["reason"], registry=registry)
     # Outermost: Host, caller and body caps are checked before anything reads the body.
     # Ingest's own receiver answers its limits in OTLP's format, so the gate's are looser.
     app.add_middleware(

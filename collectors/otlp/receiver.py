@@ -18,27 +18,15 @@ import asyncio
 import logging
 import time
 import zlib
-from dataclasses import dataclass
-from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from google.protobuf import json_format
-from google.protobuf.message import Message
 from google.rpc import status_pb2
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.requests import ClientDisconnect
 
 from aiops.errors import AIOpsError, DecodeError, PayloadTooLarge, StoreError, UnsupportedMediaType
-from collectors.otlp.credential import stamp
-from collectors.otlp.decode import decode
-from collectors.otlp.provenance import split_provenance
+from collectors.otlp.export import Charge, ReceiverMetrics, export
 from collectors.otlp.writer import BatchWriter, MemoryBudget, Overloaded, Unstorable
 
 __all__ = ["BodyTimeout", "ReceiverMetrics", "make_router"]
@@ -46,64 +34,12 @@ __all__ = ["BodyTimeout", "ReceiverMetrics", "make_router"]
 log = logging.getLogger(__name__)
 
 _CONTENT_TYPES = {"application/x-protobuf": "protobuf", "application/json": "json"}
-_RESPONSES: dict[str, type[Message]] = {
-    "traces": ExportTraceServiceResponse,
-    "logs": ExportLogsServiceResponse,
-    "metrics": ExportMetricsServiceResponse,
-}
-# Peak memory of decoding a request, in multiples of its (uncompressed) body: ~10x measured
-# for 20k-span requests (Python strings per cell, then Arrow buffers).
-WORKING_SET_FACTOR = 12
 # gRPC status codes carried in google.rpc.Status.
 _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _RESOURCE_EXHAUSTED, _UNAVAILABLE = 3, 4, 8, 14
-PROVENANCE_DENIED = "provenance records need the serving stack's credential"
 
 
 class BodyTimeout(AIOpsError):
     """A request body did not arrive within the read deadline (HTTP 408)."""
-
-
-class _Charge:
-    """What one request holds of the ingest budget: the bytes of its body as they arrive,
-    then its decoding working set; all of it goes back with ``release``."""
-
-    def __init__(self, budget: MemoryBudget, client: str = "") -> None:
-        self.budget, self.client = budget, client
-        self.held = 0
-
-    def add(self, n: int) -> None:
-        self.budget.acquire(n, held=self.held, client=self.client)
-        self.held += n
-
-    def grow_to(self, n: int) -> None:
-        if n > self.held:
-            self.add(n - self.held)
-
-    def release(self) -> None:
-        if self.held:
-            self.budget.release(self.held, self.client)
-            self.held = 0
-
-
-@dataclass(frozen=True)
-class ReceiverMetrics:
-    requests: Counter
-    rows: Counter
-    seconds: Histogram
-    rejected: Counter
-
-    @classmethod
-    def create(cls, registry: CollectorRegistry) -> ReceiverMetrics:
-        return cls(
-            requests=Counter("aiops_otlp_requests", "OTLP export requests by signal and HTTP "
-                             "status", ["signal", "code"], registry=registry),
-            rows=Counter("aiops_otlp_rows", "Rows committed from OTLP", ["table"],
-                         registry=registry),
-            seconds=Histogram("aiops_otlp_request_seconds", "Time to decode and commit one "
-                              "OTLP request", ["signal"], registry=registry),
-            rejected=Counter("aiops_otlp_rejected_records", "Records left out of accepted "
-                             "requests (partial success)", ["signal"], registry=registry),
-        )
 
 
 def _encoding(content_type: str | None) -> str:
@@ -116,7 +52,7 @@ def _encoding(content_type: str | None) -> str:
     return _CONTENT_TYPES[media]
 
 
-async def _receive(request: Request, limit: int, charge: _Charge, timeout_s: float) -> bytes:
+async def _receive(request: Request, limit: int, charge: Charge, timeout_s: float) -> bytes:
     """The raw body, charged to the budget chunk by chunk as it arrives, within the deadline."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
@@ -175,33 +111,14 @@ def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
         # Set by the auth layer; only the serving stack's credential may write provenance.
         principal = getattr(request.state, "principal", None)
         # A client is a credential at an address: its share of the budget is bounded.
-        charge = _Charge(budget, f"{getattr(principal, 'name', '?')}@"
-                                 f"{request.client.host if request.client else '?'}")
+        charge = Charge(budget, f"{getattr(principal, 'name', '?')}@"
+                                f"{request.client.host if request.client else '?'}")
         try:
             encoding = _encoding(request.headers.get("content-type"))
             raw = await _receive(request, max_body_bytes, charge, read_timeout_s)
             body = _inflate(request, raw, max_body_bytes)
             del raw
-            # The decoding working set (column lists of Python objects, then Arrow), measured
-            # at about WORKING_SET_FACTOR x the (uncompressed) body.
-            charge.grow_to(WORKING_SET_FACTOR * len(body))
-            tables = await run_in_threadpool(decode, signal, body, encoding)
-            del body
-            rejected, reasons = tables.rejected, [tables.message] if tables.rejected else []
-            unbound, why = stamp(tables, principal)
-            rejected, reasons = rejected + unbound, [*reasons, why] if why else reasons
-            chained: dict[str, list[dict[str, Any]]] = {}
-            if "logs" in tables:
-                tables["logs"], provenance, bad = split_provenance(tables["logs"])
-                if (provenance or bad) and (principal is None or not principal.provenance):
-                    rejected += len(provenance) + len(bad)
-                    reasons.append(f"{PROVENANCE_DENIED} ({len(provenance) + len(bad)} left "
-                                   "out)")
-                else:
-                    chained["provenance"] = provenance
-                    rejected += len(bad)
-                    reasons.extend(bad[:3])
-            written = await writer.submit(tables, chained)
+            reply = await export(signal, body, encoding, principal, writer, charge, metrics)
         except Overloaded as exc:
             response = _status_response(503, _UNAVAILABLE, str(exc), encoding)
             response.headers["Retry-After"] = "1"
@@ -223,19 +140,6 @@ def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
             response = _status_response(503, _UNAVAILABLE, f"store unavailable: {exc}", encoding)
             response.headers["Retry-After"] = "1"
         else:
-            for name, t in tables.items():
-                metrics.rows.labels(name).inc(t.num_rows)
-            for name, entries in chained.items():
-                metrics.rows.labels(name).inc(len(entries))
-            log.debug("OTLP %s: committed %d rows", signal, written)
-            reply = _RESPONSES[signal]()
-            if rejected:
-                # OTLP partial success: the rest is committed; say what was not, and why.
-                field = {"traces": "rejected_spans", "logs": "rejected_log_records",
-                         "metrics": "rejected_data_points"}[signal]
-                setattr(reply.partial_success, field, rejected)
-                reply.partial_success.error_message = "; ".join(r for r in reasons if r)
-                metrics.rejected.labels(signal).inc(rejected)
             if encoding == "protobuf":
                 response = Response(reply.SerializeToString(), media_type="application/x-protobuf")
             else:
@@ -243,8 +147,8 @@ def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
                                     media_type="application/json")
         finally:
             charge.release()
-        metrics.requests.labels(signal, str(response.status_code)).inc()
-        metrics.seconds.labels(signal).observe(time.perf_counter() - started)
+        metrics.requests.labels(signal, "http", str(response.status_code)).inc()
+        metrics.seconds.labels(signal, "http").observe(time.perf_counter() - started)
         return response
 
     def endpoint_for(signal: str):  # type: ignore[no-untyped-def]

@@ -1,6 +1,7 @@
 """aiops attached to a vLLM OpenAI server it did not start: `vllm serve` (the vLLM
 environment's OpenAI API server, on the bundled SmolLM2 weights) exporting its own traces with
-`--otlp-traces-endpoint` and an ingest token, attached with `aiops attach add`. Its latency and
+`--otlp-traces-endpoint` over OTLP/gRPC (its default exporter, to aiops' port 4317 role) and an
+ingest token, attached with `aiops attach add`. Its latency and
 KV-cache metrics and its request spans land in DuckDB under the model's name, and the serving
 dashboard's own PromQL shows the model beside the ones aiops serves itself. What a plain vLLM
 server cannot do is refused with the reason.
@@ -69,8 +70,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         pytest.skip("no .venv-vllm (build it with `make vllm-env`)")
     tmp = tmp_path_factory.mktemp("attach-vllm")
     settings = load_settings(
-        data_dir=tmp / "data", server_port=free_port(), scrape_targets="", scrape_interval_s=1,
-        attach_interval_s=1, anonymous_on_loopback=False, analytics=False)
+        data_dir=tmp / "data", server_port=free_port(), otlp_grpc_port=free_port(),
+        scrape_targets="", scrape_interval_s=1, attach_interval_s=1,
+        anonymous_on_loopback=False, analytics=False)
     store = Store(settings.db_path)
     try:
         with serving(create_app(settings, store), settings.server_port):
@@ -90,7 +92,6 @@ def vllm(server: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> Ite
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1",
            "OTEL_SERVICE_NAME": MODEL,
            "OTEL_RESOURCE_ATTRIBUTES": f"service.version={Path(weights).name}",
-           "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
            "OTEL_EXPORTER_OTLP_TRACES_HEADERS": f"authorization=Bearer%20{token}"}
     # The vllm-cpu distribution's `vllm` script looks itself up as "vllm" and fails; the
     # module is the same OpenAI server.
@@ -99,7 +100,9 @@ def vllm(server: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> Ite
             [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", weights,
              "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
              "--max-model-len", "2048", "--enforce-eager", "--dtype", "bfloat16",
-             "--otlp-traces-endpoint", f"{server.url}/v1/traces"],
+             # vLLM's default exporter (OTLP/gRPC, no protocol variable) to aiops' 4317 role.
+             "--otlp-traces-endpoint",
+             f"http://127.0.0.1:{server.settings.otlp_grpc_port}"],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -201,8 +201,8 @@ def test_own_metrics_count_requests_and_rows(server: RunningServer) -> None:
     httpx.post(f"{server.url}/v1/traces", json=OTLP_JSON_TRACE)
     httpx.post(f"{server.url}/v1/traces", content=b"x", headers={"content-type": "text/plain"})
     text = httpx.get(f"{server.url}/metrics").text
-    assert 'aiops_otlp_requests_total{code="200",signal="traces"} 1.0' in text
-    assert 'aiops_otlp_requests_total{code="415",signal="traces"} 1.0' in text
+    assert 'aiops_otlp_requests_total{code="200",signal="traces",transport="http"} 1.0' in text
+    assert 'aiops_otlp_requests_total{code="415",signal="traces",transport="http"} 1.0' in text
     assert 'aiops_otlp_rows_total{table="spans"} 1.0' in text
 
 

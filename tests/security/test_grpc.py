@@ -1,0 +1,176 @@
+"""The OTLP/gRPC receiver holds up as OTLP/HTTP does: callers are checked from the call's
+metadata (no token, an unknown one, one without the ingest role), malformed and oversized
+messages (gzip bombs included) are refused without retry, full buffers say UNAVAILABLE with
+RetryInfo, out-of-range times are per-record partial successes, provenance needs the serving
+stack's credential, and a connection that never speaks is closed."""
+
+from __future__ import annotations
+
+import gzip
+import secrets
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from fastapi import FastAPI
+from google.rpc import error_details_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from prometheus_client import CollectorRegistry
+
+from aiops.auth import TOKENS_FILE, Authenticator, Role, TokenStore, stack_credential
+from aiops.bench.common import free_port
+from aiops.config import load_settings
+from aiops.server.app import create_app
+from aiops.store import Store
+from collectors.otlp.export import ReceiverMetrics
+from collectors.otlp.grpc_receiver import SERVICES, GrpcOptions, GrpcReceiver
+from collectors.otlp.writer import BatchWriter, MemoryBudget
+from tests.loopback import serving
+from tests.security.test_ingest import NOW, TOP, WRAPS, logs, provenance_record, span, traces
+
+MAX_MESSAGE = 64 * 1024
+
+
+@dataclass
+class Grpc:
+    target: str
+    store: Store
+    app: FastAPI
+    tokens: dict[str, str]
+
+    def call(self, signal: str, body: bytes, token: str | None = None,
+             compression: grpc.Compression | None = None) -> bytes:
+        metadata = (("authorization", f"Bearer {token}"),) if token else None
+        with grpc.insecure_channel(self.target) as channel:
+            export = channel.unary_unary(f"/{SERVICES[signal]}/Export")
+            return bytes(export(body, timeout=10, metadata=metadata, compression=compression))
+
+
+@pytest.fixture
+def receiver(tmp_path: Path) -> Iterator[Grpc]:
+    """The real server, tokens required even on loopback, a 64 KiB message cap."""
+    settings = load_settings(data_dir=tmp_path / "data", server_port=free_port(),
+                             otlp_grpc_port=free_port(), scrape_targets="",
+                             anonymous_on_loopback=False, max_body_bytes=MAX_MESSAGE)
+    token_store = TokenStore(settings.data_dir / TOKENS_FILE)
+    tokens = {"ingest": token_store.add("exporter", None),
+              "viewer": token_store.add("grafana", Role.VIEWER),
+              "serve": stack_credential(settings.data_dir, "serve")}
+    store = Store(settings.db_path)
+    app = create_app(settings, store)
+    try:
+        with serving(app, settings.server_port, settings):
+            yield Grpc(f"127.0.0.1:{settings.otlp_grpc_port}", store, app, tokens)
+    finally:
+        store.close()
+
+
+def refusal(call: object) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as caught:
+        call()  # type: ignore[operator]
+    return caught.value
+
+
+@pytest.mark.parametrize(("token", "code", "says"), [
+    (None, grpc.StatusCode.UNAUTHENTICATED, "needs a token with the ingest role"),
+    ("not-a-token-of-this-server-0123456789", grpc.StatusCode.UNAUTHENTICATED,
+     "unknown token"),
+    ("viewer", grpc.StatusCode.PERMISSION_DENIED, "grafana (viewer) may not export"),
+])
+def test_a_caller_without_the_ingest_role_is_refused_and_writes_nothing(
+        receiver: Grpc, token: str | None, code: grpc.StatusCode, says: str) -> None:
+    err = refusal(lambda: receiver.call("traces", traces(span()),
+                                        receiver.tokens.get(token or "", token)))
+    assert err.code() == code and says in (err.details() or "")
+    assert receiver.store.query("SELECT count(*) FROM spans").rows == [(0,)]
+
+
+def test_malformed_protobuf_is_invalid_argument(receiver: Grpc) -> None:
+    err = refusal(lambda: receiver.call("traces", b"\x0a\xff\xff\xff\xff\x0f garbage",
+                                        receiver.tokens["ingest"]))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+
+
+@pytest.mark.parametrize("compression", [None, grpc.Compression.Gzip], ids=["plain", "gzip"])
+def test_a_message_over_the_cap_is_resource_exhausted_compressed_or_not(
+        receiver: Grpc, compression: grpc.Compression | None) -> None:
+    # Zeros compress ~1000x: on the wire the gzip one is far under the cap.
+    body = traces(span(name="x" * (4 * MAX_MESSAGE)))
+    assert compression is None or len(gzip.compress(body)) < MAX_MESSAGE
+    err = refusal(lambda: receiver.call("traces", body, receiver.tokens["ingest"],
+                                        compression))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
+    assert receiver.store.query("SELECT count(*) FROM spans").rows == [(0,)]
+
+
+def test_full_ingest_buffers_are_unavailable_with_a_retry_delay(receiver: Grpc) -> None:
+    budget: MemoryBudget = receiver.app.state.budget
+    budget.acquire(budget.limit, client="others")  # other exports hold every buffer
+    try:
+        err = refusal(lambda: receiver.call("traces", traces(span()), receiver.tokens["ingest"]))
+    finally:
+        budget.release(budget.limit, client="others")
+    assert err.code() == grpc.StatusCode.UNAVAILABLE and "retry" in (err.details() or "")
+    [details] = [v for k, v in err.trailing_metadata() or () if k == "grpc-status-details-bin"]
+    status = status_pb2.Status.FromString(details)
+    info = error_details_pb2.RetryInfo()
+    assert status.details[0].Unpack(info) and info.retry_delay.seconds == 1
+    # Once buffers free up, the retry lands.
+    receiver.call("traces", traces(span()), receiver.tokens["ingest"])
+    assert receiver.store.query("SELECT count(*) FROM spans").rows == [(1,)]
+
+
+def test_records_out_of_range_are_left_out_and_the_rest_committed(receiver: Grpc) -> None:
+    good = span(kind=2)
+    reply = ExportTraceServiceResponse.FromString(receiver.call(
+        "traces", traces(good, span(start_time_unix_nano=WRAPS, end_time_unix_nano=TOP)),
+        receiver.tokens["ingest"]))
+    assert reply.partial_success.rejected_spans == 1
+    assert "out of range" in reply.partial_success.error_message
+    assert receiver.store.query("SELECT span_id FROM spans").rows == [(good.span_id.hex(),)]
+
+
+@pytest.mark.parametrize("token", ["ingest", "serve"])
+def test_provenance_needs_the_serving_stacks_credential_over_grpc_too(
+        receiver: Grpc, token: str) -> None:
+    inference = f"inf-{secrets.token_hex(4)}"
+    body = logs(provenance_record(inference),
+                LogRecord(time_unix_nano=NOW, body=AnyValue(string_value="kept")))
+    reply = ExportLogsServiceResponse.FromString(
+        receiver.call("logs", body, receiver.tokens[token]))
+    chained = receiver.store.query("SELECT inference_id FROM provenance").rows
+    if token == "serve":
+        assert reply.partial_success.rejected_log_records == 0 and chained == [(inference,)]
+    else:
+        assert reply.partial_success.rejected_log_records == 1 and chained == []
+        assert "serving stack's credential" in reply.partial_success.error_message
+
+
+def test_a_connection_that_never_speaks_is_closed(tmp_path: Path) -> None:
+    """No HTTP/2 preface within the handshake deadline: the server hangs up."""
+    store = Store(tmp_path / "t.duckdb")
+    writer = BatchWriter(store)
+    receiver = GrpcReceiver(
+        GrpcOptions("127.0.0.1", free_port(), MAX_MESSAGE, handshake_s=1.0), writer,
+        MemoryBudget(2**20), Authenticator(TokenStore(tmp_path / "tokens.json"), lambda: "",
+                                           anonymous=True),
+        ReceiverMetrics(CollectorRegistry()))
+    port = receiver.start()
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.settimeout(15)
+            started = time.monotonic()
+            while sock.recv(1024):  # its SETTINGS frame, maybe a GOAWAY, then the close
+                pass
+            assert time.monotonic() - started < 10
+    finally:
+        receiver.close()
+        writer.close()
+        store.close()
