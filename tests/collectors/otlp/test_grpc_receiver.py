@@ -7,10 +7,12 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import httpx
 import pytest
+import trustme
 from grpc import Compression
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
@@ -115,3 +117,34 @@ def test_the_same_request_bytes_make_the_same_rows_over_grpc_and_http(
     assert ExportTraceServiceResponse.FromString(reply) == ExportTraceServiceResponse()
     rows = server.store.query("SELECT * FROM spans ORDER BY name").rows
     assert len(rows) == 6 and rows[0::2] == rows[1::2]  # each span twice, identical
+
+
+def test_with_the_http_sides_certificate_it_speaks_tls_only(settings: Settings,
+                                                            tmp_path: Path) -> None:
+    """The HTTP side's certificate and key serve gRPC too: an exporter trusting the CA lands
+    its spans; a plaintext one does not get through."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    files = {"ca": tmp_path / "ca.pem", "cert": tmp_path / "server.pem",
+             "key": tmp_path / "server.key"}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    cert.private_key_pem.write_to_path(str(files["key"]))
+    cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    settings = settings.model_copy(update={
+        "otlp_grpc_port": free_port(), "server_tls_cert": files["cert"],
+        "server_tls_key": files["key"], "server_tls_ca": files["ca"]})
+    store = Store(settings.db_path)
+    target = f"127.0.0.1:{settings.otlp_grpc_port}"
+    method = f"/{SERVICES['traces']}/Export"
+    try:
+        with serving(create_app(settings, store), settings.server_port, settings):
+            credentials = grpc.ssl_channel_credentials(files["ca"].read_bytes())
+            with grpc.secure_channel(target, credentials) as channel:
+                channel.unary_unary(method)(request_bytes(), timeout=10)
+            with grpc.insecure_channel(target) as channel, \
+                    pytest.raises(grpc.RpcError) as plain:
+                channel.unary_unary(method)(request_bytes(), timeout=5)
+            assert plain.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert store.query("SELECT count(*) FROM spans").rows == [(3,)]
+    finally:
+        store.close()
