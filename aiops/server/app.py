@@ -63,6 +63,7 @@ from collectors.otlp.grpc_receiver import GrpcOptions, GrpcReceiver
 from collectors.otlp.receiver import ReceiverMetrics, make_router
 from collectors.otlp.writer import BatchWriter, MemoryBudget
 from collectors.prometheus import Scraper, Target, parse_targets
+from collectors.remote_write import make_router as remote_write_router
 from serve.specs import models_from_specs, objectives_from_specs
 
 __all__ = ["create_app"]
@@ -192,6 +193,8 @@ def create_app(settings: Settings, store: Store,
     app.include_router(make_router(writer, budget, settings.max_body_bytes, receiver_metrics,
                                    read_timeout_s=settings.ingest_read_timeout_s),
                        dependencies=[guards("ingest")])
+    app.include_router(remote_write_router(writer, budget, settings.max_body_bytes,
+                                           receiver_metrics), dependencies=[guards("ingest")])
     app.include_router(chatops_router(agents, guards))
     app.include_router(sql_router(pool, settings, guards("viewer"), registry))
     Gauge("aiops_ingest_buffer_bytes", "Bytes of request bodies and decoded batches in "

@@ -1,0 +1,162 @@
+"""Prometheus remote write 1.0 into metric_points: Debian's real Prometheus, configured with
+``remote_write`` to aiops and an ingest token, lands its samples; malformed, oversized, 2.0 and
+unauthenticated writes get the status Prometheus' retry rules expect."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import cramjam
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from aiops.auth import TOKENS_FILE, Role, TokenStore, ensure_credential
+from aiops.bench.common import free_port
+from aiops.config import load_settings
+from aiops.server.app import create_app
+from aiops.store import Store
+from collectors.otlp.writer import MemoryBudget
+from collectors.remote_write import WriteRequest
+from tests.conftest import RunningServer
+from tests.loopback import serving
+from tests.prometheus import running_prometheus
+
+MAX_BODY = 64 * 1024
+APPS: dict[str, FastAPI] = {}
+HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "snappy",
+           "x-prometheus-remote-write-version": "0.1.0"}
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[RunningServer, str]]:
+    """The server with tokens required on loopback too; an ingest token for the writer. The
+    app is on ``RunningServer.settings``' side as ``APPS[url]`` for the budget test."""
+    settings = load_settings(data_dir=tmp_path / "data", server_port=free_port(),
+                             scrape_targets="", anonymous_on_loopback=False,
+                             max_body_bytes=MAX_BODY)
+    token = TokenStore(settings.data_dir / TOKENS_FILE).add("prometheus-rw", None)
+    store = Store(settings.db_path)
+    app = APPS[settings.server_url] = create_app(settings, store)
+    try:
+        with serving(app, settings.server_port, settings):
+            yield RunningServer(settings.server_url, store, settings), token
+    finally:
+        APPS.pop(settings.server_url, None)
+        store.close()
+
+
+def write_request(*series: tuple[dict[str, str], list[tuple[float, int]]]) -> bytes:
+    req = WriteRequest()
+    for labels, samples in series:
+        ts = req.timeseries.add()
+        for name, text in sorted(labels.items()):
+            ts.labels.add(name=name, value=text)
+        for value, stamp_ms in samples:
+            ts.samples.add(value=value, timestamp=stamp_ms)
+    return bytes(cramjam.snappy.compress_raw(req.SerializeToString()))
+
+
+def post(server: RunningServer, body: bytes, token: str | None, **headers: str
+         ) -> httpx.Response:
+    auth = {"authorization": f"Bearer {token}"} if token else {}
+    return httpx.post(f"{server.url}/api/v1/write", content=body,
+                      headers={**HEADERS, **auth, **headers}, timeout=30)
+
+
+def test_samples_become_metric_points_by_name_job_instance_and_labels(
+        server: tuple[RunningServer, str]) -> None:
+    srv, token = server
+    now_ms = int(time.time() * 1000)
+    body = write_request(
+        ({"__name__": "http_requests_total", "job": "api", "instance": "10.0.0.1:9100",
+          "code": "500"}, [(3.0, now_ms), (5.0, now_ms + 1000)]),
+        ({"__name__": "queue_depth", "job": "api"}, [(7.0, now_ms)]),
+        ({"job": "api"}, [(1.0, now_ms)]))  # no __name__: left out
+    r = post(srv, body, token)
+    assert r.status_code == 204, r.text
+    rows = srv.store.query(
+        "SELECT name, service_name, resource_attributes->>'service.instance.id', "
+        "attributes->>'code', type, is_monotonic, value, epoch_ns(time) // 1000000, "
+        "ingest_credential FROM metric_points ORDER BY name, time").rows
+    assert rows == [
+        ("http_requests_total", "api", "10.0.0.1:9100", "500", "sum", True, 3.0, now_ms,
+         "prometheus-rw"),
+        ("http_requests_total", "api", "10.0.0.1:9100", "500", "sum", True, 5.0,
+         now_ms + 1000, "prometheus-rw"),
+        ("queue_depth", "api", None, None, "gauge", None, 7.0, now_ms, "prometheus-rw")]
+
+
+@pytest.mark.parametrize(("body", "headers", "code", "says"), [
+    (b"\x05not snappy", {}, 400, "not valid snappy"),
+    (bytes(cramjam.snappy.compress_raw(b"\xff\xff\xff")), {}, 400, "not a remote write 1.0"),
+    # A 3-byte body announcing 10 MiB once decompressed: refused before decompressing.
+    (b"\x80\x80\x80\x05\x00", {}, 413, "exceeds the limit"),
+    (b"x" * (2 * MAX_BODY), {}, 413, "limit"),
+    (b"", {"content-type": "application/x-protobuf;proto=io.prometheus.write.v2.Request"},
+     415, "remote write 2.0 is not supported"),
+], ids=["bad-snappy", "bad-protobuf", "snappy-bomb", "oversized", "v2"])
+def test_bad_writes_get_a_status_prometheus_does_not_retry(
+        server: tuple[RunningServer, str], body: bytes, headers: dict[str, str], code: int,
+        says: str) -> None:
+    srv, token = server
+    r = post(srv, body, token, **headers)
+    assert r.status_code == code and says in r.text, (r.status_code, r.text)
+    assert srv.store.query("SELECT count(*) FROM metric_points").rows == [(0,)]
+
+
+def test_a_write_without_an_ingest_token_is_refused_before_its_body(
+        server: tuple[RunningServer, str]) -> None:
+    srv, _ = server
+    viewer = TokenStore(srv.settings.data_dir / TOKENS_FILE).add("grafana", Role.VIEWER)
+    body = write_request(({"__name__": "x", "job": "j"}, [(1.0, int(time.time() * 1000))]))
+    assert post(srv, body, None).status_code == 401
+    assert post(srv, body, viewer).status_code == 403
+    assert srv.store.query("SELECT count(*) FROM metric_points").rows == [(0,)]
+
+
+def test_full_buffers_are_503_with_retry_after(server: tuple[RunningServer, str]) -> None:
+    srv, token = server
+    body = write_request(({"__name__": "x", "job": "j"}, [(1.0, int(time.time() * 1000))]))
+    budget: MemoryBudget = APPS[srv.url].state.budget
+    budget.acquire(budget.limit, client="others")
+    try:
+        r = post(srv, body, token)
+    finally:
+        budget.release(budget.limit, client="others")
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    assert post(srv, body, token).status_code == 204
+
+
+def test_debians_prometheus_remote_writes_into_aiops(server: tuple[RunningServer, str],
+                                                     tmp_path: Path) -> None:
+    srv, _ = server
+    data_dir = srv.settings.data_dir
+    viewer = data_dir / "credentials" / "prometheus.token"
+    ensure_credential(data_dir, "prometheus", Role.VIEWER)  # to scrape aiops' /metrics
+    ingest = data_dir / "credentials" / "prometheus-rw.token"
+    ensure_credential(data_dir, "prometheus-rw", None)  # to write
+    host = srv.url.removeprefix("http://")
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [{"job_name": "aiops", "metrics_path": "/metrics",
+                            "authorization": {"credentials_file": str(viewer)},
+                            "static_configs": [{"targets": [host]}]}],
+        "remote_write": [{"url": f"{srv.url}/api/v1/write",
+                          "authorization": {"credentials_file": str(ingest)},
+                          "queue_config": {"batch_send_deadline": "1s"}}]}
+    with running_prometheus(config, tmp_path):
+        deadline = time.monotonic() + 60
+        rows: list[tuple[object, ...]] = []
+        while time.monotonic() < deadline and not rows:
+            rows = srv.store.query(
+                "SELECT service_name, value, resource_attributes->>'service.instance.id' "
+                "FROM metric_points WHERE scope_name = 'aiops.remote_write' AND name = 'up'"
+            ).rows
+            time.sleep(1)
+    assert rows and rows[0] == ("aiops", 1.0, host), rows
+    names = {r[0] for r in srv.store.query(
+        "SELECT DISTINCT name FROM metric_points WHERE scope_name = 'aiops.remote_write'").rows}
+    assert "aiops_otlp_rows_total" in names or "scrape_duration_seconds" in names, names
