@@ -146,17 +146,22 @@ def up(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> 
     private_dir(settings.data_dir)  # 0700 when made here (aiops.fileperms)
     started: list[Component] = []
     try:
+        # The server and Ray with the Serve application start side by side: each takes
+        # seconds, mostly waiting, and neither needs the other up to start (credentials are
+        # made by whichever comes first; exporters retry until the server answers). The eBPF
+        # collector comes once the replicas are listed, so that it attributes what it sees
+        # from its first interval (and a worker node's collector needs its node).
         progress(f"starting aiops server on {settings.server_url}")
         server = _spawn("server", [sys.executable, "-m", "aiops", "server"], settings)
         started.append(server)
         _write_state(settings, started)
-        url = f"{settings.server_url}/readyz"
-        verify = client_verify(settings)
-        _wait_ready(server, lambda: _answers(url, verify), url, settings.startup_timeout_s)
         progress(f"starting Ray and the Serve application on {settings.serve_url}")
         serve_proc = _spawn("serve", [sys.executable, "-m", "serve.runner"], settings)
         started.append(serve_proc)
         _write_state(settings, started)
+        url = f"{settings.server_url}/readyz"
+        verify = client_verify(settings)
+        _wait_ready(server, lambda: _answers(url, verify), url, settings.startup_timeout_s)
         # The driver writes the marker once serve.run returned: every deployment is running.
         marker = settings.data_dir / READY_FILE
         url = f"{settings.serve_url}/healthz"
