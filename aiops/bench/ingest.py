@@ -2,9 +2,9 @@
 the command that produced them; nothing here asserts a speed.
 
 ``ingest``: OTLP protobuf spans and logs end to end into DuckDB through a real ``aiops server``
-subprocess, over HTTP and over gRPC (the very same requests), from pre-encoded requests replayed
-by client threads (so the client is not what is measured), and beside it the store's own Arrow append rate and the row-by-row ``executemany``
-insert it replaces.
+subprocess, over HTTP and over gRPC (the very same requests), from pre-encoded requests
+replayed by client threads (so the client is not what is measured), and beside it the store's
+own Arrow append rate and the row-by-row ``executemany`` insert it replaces.
 """
 
 from __future__ import annotations
