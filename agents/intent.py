@@ -64,6 +64,8 @@ class Intent(BaseModel):
     incident_id: str | None = None
     minutes: float = Field(DEFAULT_MINUTES, gt=0, le=7 * 24 * 60)
     action: str | None = None  # rollback, scale, promote, shed_load (for propose_action)
+    # A replica count the request names ("scale chat to 3 replicas"): honoured or refused.
+    replicas: int | None = Field(None, ge=0, le=1000)
     action_id: str | None = None  # for decide_action
     approve: bool | None = None
     # Telemetry questions: which percentiles, broken down by what, which versions, which
@@ -77,6 +79,10 @@ class Intent(BaseModel):
 
 
 _INCIDENT_ID = re.compile(r"\binc-[0-9a-f]{6,32}\b")
+# "to 3 replicas", "3 replicas", "to 3", "3 个副本", "扩到3": the number of replicas asked for.
+_REPLICAS = re.compile(r"\b(\d{1,4})\s*(?:replicas?|instances?|copies)\b|\bto\s+(\d{1,4})\b(?!\s*"
+                       r"(?:minutes?|mins?|hours?|h|m|s|seconds?|%|percent))|(\d{1,4})\s*个?副本"
+                       r"|[扩缩]到\s*(\d{1,4})", re.I)
 _DECIDE = re.compile(r"^\s*(approve|deny|reject)\s+(act-[0-9a-f]{6,32})\b", re.I)
 _ACTIONS = {"rollback": "rollback", "roll back": "rollback", "revert": "rollback",
             "scale": "scale", "add a replica": "scale", "add replicas": "scale",
@@ -117,6 +123,12 @@ def match_model(question: str, models: list[str]) -> str | None:
     return None
 
 
+def replica_count(question: str) -> int | None:
+    """The replica count a scale request names, if any."""
+    m = _REPLICAS.search(question)
+    return int(next(g for g in m.groups() if g is not None)) if m else None
+
+
 def parse_rules(question: str, models: list[str]) -> Intent | None:
     """The intent by rules; None when no rule recognises the question."""
     model = match_model(question, models)
@@ -137,7 +149,8 @@ def parse_rules(question: str, models: list[str]) -> Intent | None:
     if imperative:
         said = imperative.group(1).lower().replace("  ", " ")
         action = next(a for k, a in _ACTIONS.items() if said.startswith(k.split()[0]))
-        return Intent(kind=IntentKind.PROPOSE_ACTION, action=action, **common)
+        return Intent(kind=IntentKind.PROPOSE_ACTION, action=action,
+                      replicas=replica_count(bare) if action == "scale" else None, **common)
     zh = zh_action(question)
     if zh:
         return Intent(kind=IntentKind.PROPOSE_ACTION, action=zh, **common)

@@ -218,10 +218,26 @@ def _propose(inv: Investigation, box: Toolbox) -> None:
     params: dict[str, Any] = {}
     if i.action == "scale":
         mine = [v for v in versions if version is None or v["version"] == version]
-        current = max((v["replicas"] for v in mine), default=1)
-        params = {"min_replicas": current + 1, "max_replicas": current + 1}
+        # A version whose spans name no replica still runs one.
+        current = max((v["replicas"] for v in mine), default=1) or 1
+        # The count asked for is honoured, or refused with the reason; none asked: one more.
+        wanted = i.replicas if i.replicas is not None else current + 1
+        if wanted < 1:
+            why = f"cannot scale {model} to {wanted} replicas: a serving model keeps at least 1"
+        elif wanted == current:
+            why = f"{model} already runs {current} replica{'s' if current != 1 else ''}"
+        else:
+            why = None
+        if why is not None:
+            inv.proposal = ToolResult(tool="propose_action", status=ToolStatus.ERROR,
+                                      params={"kind": i.action, "model": model,
+                                              "version": version, "replicas": wanted},
+                                      error=why)
+            return
+        params = {"min_replicas": wanted, "max_replicas": wanted}
     inv.proposal = _call(inv, box, "propose_action", kind=i.action, model=model,
-                         version=version, reason=f"chat-ops request: {i.action} {model}",
+                         version=version, reason=f"chat-ops request: {i.action} {model}"
+                         + (f" to {params['min_replicas']} replicas" if params else ""),
                          incident_id=inv.facts.incident_id if inv.facts else None, **params)
 
 

@@ -58,10 +58,11 @@ class Action:
         return self.model
 
     def describe(self) -> str:
+        lo, hi = self.params.get("min_replicas"), self.params.get("max_replicas")
+        target = f"{self.model} {self.version}" if self.version else self.model
         what = {ActionKind.ROLLBACK: f"roll {self.model} back from {self.version}",
-                ActionKind.SCALE: f"scale {self.model} {self.version} to "
-                                  f"{self.params.get('min_replicas')}-"
-                                  f"{self.params.get('max_replicas')} replicas",
+                ActionKind.SCALE: f"scale {target} to "
+                                  + (f"{lo} replicas" if lo == hi else f"{lo}-{hi} replicas"),
                 ActionKind.SHIFT_TRAFFIC: f"shift {self.model} traffic to "
                                           f"{self.params.get('weights')}",
                 ActionKind.PROMOTE: f"promote {self.model} {self.version}",

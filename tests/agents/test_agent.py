@@ -135,3 +135,41 @@ def test_while_users_are_served_the_llm_is_not_asked_for_a_narrative(
     later = Agent(Toolbox(store, now=lambda: T0 + 60 * NS), llm, when_busy="skip").ask(
         "What happened to echo in the last 15 minutes?")
     assert len(seen) == 1 and later.facts is not None
+
+
+def _scale_policy() -> Any:
+    from aiops.remediation.policy import Policy
+
+    return Policy.model_validate({"rules": [
+        {"id": "chat-scale", "action": "scale", "target": "*", "mode": "dry_run",
+         "max_replicas": 8}]})
+
+
+@pytest.mark.parametrize(("question", "replicas"), [
+    ("scale echo to 3 replicas", 3), ("please scale echo to 5", 5), ("scale echo", 2)])
+def test_a_replica_count_in_the_request_is_the_one_proposed(
+        store: Store, tmp_path: Path, question: str, replicas: int) -> None:
+    traffic(store, T0 - 120 * NS, 120, 2, 50)  # echo v1 on one replica
+    settings = load_settings(data_dir=tmp_path / "data")
+    remediator = Remediator(store, _scale_policy(),
+                            lambda: LifecycleClient.from_settings(settings))
+    answer = Agent(Toolbox(store, remediator, now=lambda: T0)).ask(question)
+    assert answer.proposal is not None and answer.proposal.ok, answer.text
+    assert answer.proposal.data["params"] == {"min_replicas": replicas,
+                                              "max_replicas": replicas}
+    assert f"{replicas} replica" in answer.text, answer.text
+
+
+@pytest.mark.parametrize(("question", "why"), [
+    ("scale echo to 1 replica", "echo already runs 1 replica"),
+    ("scale echo to 0 replicas", "cannot scale echo to 0 replicas")])
+def test_a_replica_count_that_changes_nothing_is_refused_with_the_reason(
+        store: Store, tmp_path: Path, question: str, why: str) -> None:
+    traffic(store, T0 - 120 * NS, 120, 2, 50)
+    settings = load_settings(data_dir=tmp_path / "data")
+    remediator = Remediator(store, _scale_policy(),
+                            lambda: LifecycleClient.from_settings(settings))
+    answer = Agent(Toolbox(store, remediator, now=lambda: T0)).ask(question)
+    assert answer.proposal is not None and not answer.proposal.ok
+    assert f"Not done: {why}" in answer.text, answer.text
+    assert store.count("actions") == 0
