@@ -26,7 +26,7 @@ VLLM_STAMP := $(VLLM_VENV)/.aiops-installed
 PHOENIX_VENV ?= .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
 
-.PHONY: demo test test-fast bench lint install llama-wheel vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean
+.PHONY: demo test test-fast bench lint install llama-wheel vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean fuzz-build fuzz
 
 install: sysdeps $(STAMP) ebpf-setup
 
@@ -153,3 +153,23 @@ docs: install
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .aiops .build .pytest_cache .mypy_cache .ruff_cache
+
+# Sanitizer build and coverage-guided differential fuzzing of the native OTLP decoder
+# (fuzz/): clang (Debian's, installed as root), atheris and Cython; findings land in
+# build/fuzz/findings. `make fuzz FUZZ_SECONDS=3600` for a longer run.
+FUZZ_SECONDS ?= 60
+fuzz-build: install
+	@command -v clang >/dev/null || { if [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian's clang for the sanitizer build"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; \
+	else echo "clang is needed: run 'sudo apt-get install clang'"; exit 1; fi; }
+	$(BIN)/python -m pip install -q -c constraints.txt atheris cython
+	$(BIN)/python fuzz/build.py
+	$(BIN)/python fuzz/seeds.py
+
+fuzz: fuzz-build
+	@mkdir -p build/fuzz/findings
+	cd build/fuzz/findings && \
+		LD_PRELOAD="$$($(CURDIR)/$(BIN)/python -c 'import atheris; print(atheris.path())')/asan_with_fuzzer.so" \
+		ASAN_OPTIONS=detect_leaks=0 $(CURDIR)/$(BIN)/python $(CURDIR)/fuzz/fuzz_decode.py \
+		$(CURDIR)/build/fuzz/corpus -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096

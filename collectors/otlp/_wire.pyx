@@ -353,7 +353,7 @@ cdef int _pick(Reader r, Picked* out) except -1:
     cdef int field, wire
     cdef Reader s
     while r.pos < r.end:
-        key = _varint(&r)
+        key = _key(&r)
         field = <int>(key >> 3)
         wire = <int>(key & 7)
         if field == 1 and wire == 2:
@@ -367,9 +367,9 @@ cdef int _pick(Reader r, Picked* out) except -1:
         elif (field == 2 and wire == 0) or (field == 4 and wire == 1) \
                 or (5 <= field <= 7 and wire == 2):
             out.kind = V_OTHER
-            _skip(&r, wire)
+            _skip(&r, key)
         else:
-            _skip(&r, wire)
+            _skip(&r, key)
     return 0
 
 
@@ -449,12 +449,26 @@ cdef inline uint64_t _varint(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
             raise WireError("truncated varint")
         b = r.p[r.pos]
         r.pos += 1
+        if shift == 63 and b > 1:
+            raise WireError("varint overflows 64 bits")
         result |= (<uint64_t>(b & 0x7F)) << shift
         if b < 0x80:
             return result
         shift += 7
         if shift >= 70:
             raise WireError("varint too long")
+
+
+cdef inline uint64_t _key(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
+    """A field's key (number << 3 | wire type), refused where protobuf refuses it: field
+    number 0, or a key past 32 bits (found by fuzz/fuzz_decode.py: the Python path said
+    "wire format was corrupt" where this decoder skipped the field)."""
+    cdef uint64_t key = _varint(r)
+    if key >> 3 == 0:
+        raise WireError("field number 0")
+    if key > 0xFFFFFFFF:
+        raise WireError("field key out of range")
+    return key
 
 
 cdef inline uint64_t _fixed64(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
@@ -492,7 +506,12 @@ cdef inline Reader _sub(Reader* r) except *:
     return out
 
 
-cdef int _skip(Reader* r, int wire) except -1:
+cdef int _skip(Reader* r, uint64_t key, int depth=0) except -1:
+    """Past the value of an unknown field whose ``key`` was just read. A group (wire type 3,
+    proto2) is skipped to its matching end, as protobuf skips it (found by fuzz/fuzz_decode.py:
+    this decoder refused one the Python path read past); an end without its start is corrupt."""
+    cdef int wire = <int>(key & 7)
+    cdef uint64_t inner
     if wire == 0:
         _varint(r)
     elif wire == 1:
@@ -501,6 +520,18 @@ cdef int _skip(Reader* r, int wire) except -1:
         _sub(r)
     elif wire == 5:
         _fixed32(r)
+    elif wire == 3:
+        if depth >= 64:
+            raise WireError("groups nested too deeply")
+        while True:
+            if r.pos >= r.end:
+                raise WireError("group not closed")
+            inner = _key(r)
+            if <int>(inner & 7) == 4:
+                if inner >> 3 != key >> 3:
+                    raise WireError("group closed by another field's end")
+                return 0
+            _skip(r, inner, depth + 1)
     else:
         raise WireError(f"unsupported wire type {wire}")
     return 0
@@ -529,13 +560,13 @@ cdef int _any_value(Reader r, _Json out, int depth) except -1:
     if depth > 64:
         raise WireError("values nested too deeply")
     while r.pos < r.end:
-        key = _varint(&r)
+        key = _key(&r)
         field = <int>(key >> 3)
         wire = <int>(key & 7)
         if not ((field == 1 and wire == 2) or (field == 2 and wire == 0)
                 or (field == 3 and wire == 0) or (field == 4 and wire == 1)
                 or (5 <= field <= 7 and wire == 2)):
-            _skip(&r, wire)
+            _skip(&r, key)
             continue
         # A oneof: if a sender repeats it, the last one wins, as in protobuf.
         out.length = start
@@ -559,14 +590,14 @@ cdef int _any_value(Reader r, _Json out, int depth) except -1:
             out.put(91)
             first = True
             while s.pos < s.end:
-                key = _varint(&s)
+                key = _key(&s)
                 if (key >> 3) == 1 and (key & 7) == 2:
                     if not first:
                         out.put(44)
                     first = False
                     _any_value(_sub(&s), out, depth + 1)
                 else:
-                    _skip(&s, <int>(key & 7))
+                    _skip(&s, key)
             out.put(93)
         elif field == 6:  # KeyValueList { repeated KeyValue values = 1 }
             _kv_object(_sub(&r), out, 1, depth + 1)
@@ -587,14 +618,14 @@ cdef int _kv_object(Reader r, _Json out, int field_no, int depth) except -1:
     cdef bint first = True
     out.put(123)
     while r.pos < r.end:
-        key = _varint(&r)
+        key = _key(&r)
         if <int>(key >> 3) == field_no and (key & 7) == 2:
             if not first:
                 out.put(44)
             first = False
             _one_kv(_sub(&r), out, depth)
         else:
-            _skip(&r, <int>(key & 7))
+            _skip(&r, key)
     out.put(125)
     return 0
 
@@ -629,13 +660,13 @@ cdef tuple _scope(Reader r):
     name = None
     version = None
     while r.pos < r.end:
-        key = _varint(&r)
+        key = _key(&r)
         if (key >> 3) == 1 and (key & 7) == 2:
             name = _str(&r) or None
         elif (key >> 3) == 2 and (key & 7) == 2:
             version = _str(&r) or None
         else:
-            _skip(&r, <int>(key & 7))
+            _skip(&r, key)
     return name, version
 
 
@@ -697,22 +728,22 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
     top.pos = 0
     top.end = body.shape[0]
     while top.pos < top.end:
-        key = _varint(&top)
+        key = _key(&top)
         if (key >> 3) != 1 or (key & 7) != 2:
-            _skip(&top, <int>(key & 7))
+            _skip(&top, key)
             continue
         rs = _sub(&top)
         service, res_json, res_derived = None, None, _NO_RESOURCE_VALUES
         scopes = []
         while rs.pos < rs.end:
-            key = _varint(&rs)
+            key = _key(&rs)
             if (key >> 3) == 1 and (key & 7) == 2:
                 service, res_json, res_derived = _resource(_sub(&rs), 1)
             elif (key >> 3) == 2 and (key & 7) == 2:
                 s = _sub(&rs)
                 scopes.append((s.pos, s.end))
             else:
-                _skip(&rs, <int>(key & 7))
+                _skip(&rs, key)
         for scope_start, scope_end in scopes:
             ss.p = top.p
             ss.pos = scope_start
@@ -720,7 +751,7 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
             scope_name, scope_version = None, None
             n_valid = 0
             while ss.pos < ss.end:
-                key = _varint(&ss)
+                key = _key(&ss)
                 field = <int>(key >> 3)
                 wire = <int>(key & 7)
                 if field == 1 and wire == 2:
@@ -742,7 +773,7 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
                         picked[i].seen = 0
                         picked[i].kind = V_NONE
                     while sp.pos < sp.end:
-                        key = _varint(&sp)
+                        key = _key(&sp)
                         field = <int>(key >> 3)
                         wire = <int>(key & 7)
                         if field == 1 and wire == 2:
@@ -781,15 +812,15 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
                         elif field == 15 and wire == 2:
                             s = _sub(&sp)
                             while s.pos < s.end:
-                                key = _varint(&s)
+                                key = _key(&s)
                                 if (key >> 3) == 2 and (key & 7) == 2:
                                     message = _str(&s)
                                 elif (key >> 3) == 3 and (key & 7) == 0:
                                     code = _varint(&s)
                                 else:
-                                    _skip(&s, <int>(key & 7))
+                                    _skip(&s, key)
                         else:
-                            _skip(&sp, wire)
+                            _skip(&sp, key)
                     # An enum is an int32: protobuf keeps the low 32 bits of the varint, signed.
                     kind32 = <int32_t>(<uint32_t>(kind & 0xFFFFFFFF))
                     if len(trace_id) != 16:
@@ -861,7 +892,7 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
                         derive = _derive_span(picked, top.p, code, res_derived, c_model,
                                               c_version, c_replica, c_http, c_failed)
                 else:
-                    _skip(&ss, wire)
+                    _skip(&ss, key)
             c_service.fill(service, n_valid)
             c_res.fill(res_json, n_valid)
             c_scope.fill(scope_name, n_valid)
@@ -886,7 +917,7 @@ cdef int _one_kv(Reader kv, _Json out, int depth=0, Picked* picked=NULL) except 
     cdef Py_ssize_t kstart = -1, kend = -1
     cdef int which
     while kv.pos < kv.end:
-        key = _varint(&kv)
+        key = _key(&kv)
         if (key >> 3) == 1 and (key & 7) == 2:
             s = _sub(&kv)
             kstart = s.pos
@@ -895,7 +926,7 @@ cdef int _one_kv(Reader kv, _Json out, int depth=0, Picked* picked=NULL) except 
             value = _sub(&kv)
             has_value = True
         else:
-            _skip(&kv, <int>(key & 7))
+            _skip(&kv, key)
     if kstart < 0:
         out.write(b'""', 2)
     else:
@@ -923,7 +954,7 @@ cdef int _event(Reader r, _Json out, uint64_t* latest) except -1:
     name = ""
     attrs.put(123)
     while r.pos < r.end:
-        key = _varint(&r)
+        key = _key(&r)
         if (key >> 3) == 1 and (key & 7) == 1:
             t = _fixed64(&r)
         elif (key >> 3) == 2 and (key & 7) == 2:
@@ -934,7 +965,7 @@ cdef int _event(Reader r, _Json out, uint64_t* latest) except -1:
             n_attrs = True
             _one_kv(_sub(&r), attrs)
         else:
-            _skip(&r, <int>(key & 7))
+            _skip(&r, key)
     attrs.put(125)
     if t > latest[0]:
         latest[0] = t
@@ -958,7 +989,7 @@ cdef int _link(Reader r, _Json out) except -1:
     state = ""
     attrs.put(123)
     while r.pos < r.end:
-        key = _varint(&r)
+        key = _key(&r)
         if (key >> 3) == 1 and (key & 7) == 2:
             trace_id = _bytes(&r)
         elif (key >> 3) == 2 and (key & 7) == 2:
@@ -971,7 +1002,7 @@ cdef int _link(Reader r, _Json out) except -1:
             n_attrs = True
             _one_kv(_sub(&r), attrs)
         else:
-            _skip(&r, <int>(key & 7))
+            _skip(&r, key)
     attrs.put(125)
     out.write(b'{"trace_id":"', 13)
     t = trace_id.hex().encode()
@@ -1011,22 +1042,22 @@ def decode_logs(const unsigned char[:] body, object schema):
     top.pos = 0
     top.end = body.shape[0]
     while top.pos < top.end:
-        key = _varint(&top)
+        key = _key(&top)
         if (key >> 3) != 1 or (key & 7) != 2:
-            _skip(&top, <int>(key & 7))
+            _skip(&top, key)
             continue
         rl = _sub(&top)
         service, res_json = None, None
         scopes = []
         while rl.pos < rl.end:
-            key = _varint(&rl)
+            key = _key(&rl)
             if (key >> 3) == 1 and (key & 7) == 2:
                 service, res_json, _ = _resource(_sub(&rl), 1)
             elif (key >> 3) == 2 and (key & 7) == 2:
                 s = _sub(&rl)
                 scopes.append((s.pos, s.end))
             else:
-                _skip(&rl, <int>(key & 7))
+                _skip(&rl, key)
         for scope_start, scope_end in scopes:
             sl.p = top.p
             sl.pos = scope_start
@@ -1034,7 +1065,7 @@ def decode_logs(const unsigned char[:] body, object schema):
             scope_name, scope_version = None, None
             n_valid = 0
             while sl.pos < sl.end:
-                key = _varint(&sl)
+                key = _key(&sl)
                 field = <int>(key >> 3)
                 wire = <int>(key & 7)
                 if field == 1 and wire == 2:
@@ -1051,7 +1082,7 @@ def decode_logs(const unsigned char[:] body, object schema):
                     n_attrs = False
                     has_body = False
                     while lr.pos < lr.end:
-                        key = _varint(&lr)
+                        key = _key(&lr)
                         field = <int>(key >> 3)
                         wire = <int>(key & 7)
                         if field == 1 and wire == 1:
@@ -1079,7 +1110,7 @@ def decode_logs(const unsigned char[:] body, object schema):
                         elif field == 12 and wire == 2:
                             event = _str(&lr)
                         else:
-                            _skip(&lr, wire)
+                            _skip(&lr, key)
                     if trace_id and len(trace_id) != 16:
                         reason = f"trace_id must be 16 bytes, got {len(trace_id)}"
                     elif span_id and len(span_id) != 8:
@@ -1121,7 +1152,7 @@ def decode_logs(const unsigned char[:] body, object schema):
                     c_attrs.json(attrs) if n_attrs else c_attrs.null()
                     c_flags.i64(<int64_t>flags)
                 else:
-                    _skip(&sl, wire)
+                    _skip(&sl, key)
             c_service.fill(service, n_valid)
             c_res.fill(res_json, n_valid)
             c_scope.fill(scope_name, n_valid)
@@ -1138,7 +1169,7 @@ cdef object _body(Reader r, _Json buf):
     cdef Reader last_string
     cdef int field
     while probe.pos < probe.end:
-        key = _varint(&probe)
+        key = _key(&probe)
         field = <int>(key >> 3)
         if (field == 1 or field == 7) and (key & 7) == 2:
             last_string = _sub(&probe)
@@ -1146,9 +1177,9 @@ cdef object _body(Reader r, _Json buf):
         elif ((field == 2 or field == 3) and (key & 7) == 0) or (field == 4 and (key & 7) == 1) \
                 or ((field == 5 or field == 6) and (key & 7) == 2):
             last_field = field
-            _skip(&probe, <int>(key & 7))
+            _skip(&probe, key)
         else:
-            _skip(&probe, <int>(key & 7))
+            _skip(&probe, key)
     if last_field == 0:
         return None
     if last_field == 1:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -223,3 +224,16 @@ def test_a_service_name_that_is_no_string_is_a_decode_error_in_both(
 def test_an_odd_service_name_with_no_records_is_no_error_in_either() -> None:
     body = b"\n\x1a\n\x14\n\x12\n\x0cservice.name\x12\x02*\x00\x12\x02\n\x00"
     assert outcome("logs", body, True) == outcome("logs", body, False)
+
+
+FINDINGS = sorted((Path(__file__).parent / "fuzz_findings").iterdir())
+
+
+@pytest.mark.parametrize("finding", FINDINGS, ids=[f.name for f in FINDINGS])
+@pytest.mark.parametrize("signal", ["traces", "logs"])
+def test_what_fuzzing_found_decodes_the_same_both_ways(finding: Path, signal: str) -> None:
+    """Inputs fuzz/fuzz_decode.py found where the decoders disagreed: a key with field number
+    0 (compiled skipped it, protobuf refuses), a proto2 group in an unknown field (compiled
+    refused it, protobuf skips it), a rejected record whose unread body protobuf refuses."""
+    body = finding.read_bytes()
+    assert outcome(signal, body, True) == outcome(signal, body, False)
