@@ -14,6 +14,8 @@ import secrets
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,30 +127,25 @@ def _ingest(
         os.sched_setaffinity(0, previous)
 
 
-def _replay_grpc(target: str, signal: str, bodies: list[bytes], rounds: int,
-                 clients: int) -> float:
-    """As ``_replay``, through the gRPC Export method (one channel per client thread)."""
-    import grpc
-
-    from collectors.otlp.grpc_receiver import SERVICES
-
+def _drive(bodies: list[bytes], rounds: int, clients: int,
+           client: Callable[[], AbstractContextManager[Callable[[bytes], str | None]]]
+           ) -> float:
+    """Seconds for ``clients`` threads to send every body ``rounds`` times, each through its
+    own ``client()`` (a context giving a send that returns an error text, or None)."""
     jobs = [b for _ in range(rounds) for b in bodies]
     lock = threading.Lock()
     errors: list[str] = []
 
     def worker() -> None:
-        with grpc.insecure_channel(target, options=[
-                ("grpc.max_send_message_length", 64 << 20)]) as channel:
-            export = channel.unary_unary(f"/{SERVICES[signal]}/Export")
+        with client() as send:
             while True:
                 with lock:
                     if not jobs:
                         return
                     body = jobs.pop()
-                try:
-                    export(body, timeout=60)
-                except grpc.RpcError as exc:
-                    errors.append(f"{exc.code()}: {exc.details()}")
+                error = send(body)
+                if error is not None:
+                    errors.append(error)
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
     started = time.perf_counter()
@@ -158,38 +155,47 @@ def _replay_grpc(target: str, signal: str, bodies: list[bytes], rounds: int,
         t.join()
     elapsed = time.perf_counter() - started
     if errors:
-        raise RuntimeError(f"{len(errors)} gRPC exports failed, e.g. {errors[0]}")
+        raise RuntimeError(f"{len(errors)} exports failed, e.g. {errors[0]}")
     return elapsed
 
 
 def _replay(url: str, signal: str, bodies: list[bytes], rounds: int, clients: int) -> float:
-    if True:
-        jobs = [b for _ in range(rounds) for b in bodies]
-        lock = threading.Lock()
-        errors: list[str] = []
+    @contextmanager
+    def client() -> Iterator[Callable[[bytes], str | None]]:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            def send(body: bytes) -> str | None:
+                r = c.post(f"/v1/{signal}", content=body,
+                           headers={"content-type": "application/x-protobuf"})
+                return None if r.status_code == 200 else r.text
 
-        def worker() -> None:
-            with httpx.Client(base_url=url, timeout=60) as c:
-                while True:
-                    with lock:
-                        if not jobs:
-                            return
-                        body = jobs.pop()
-                    r = c.post(f"/v1/{signal}", content=body,
-                               headers={"content-type": "application/x-protobuf"})
-                    if r.status_code != 200:
-                        errors.append(r.text)
+            yield send
 
-        threads = [threading.Thread(target=worker) for _ in range(clients)]
-        started = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - started
-        if errors:
-            raise RuntimeError(f"{len(errors)} requests failed, e.g. {errors[0]}")
-        return elapsed
+    return _drive(bodies, rounds, clients, client)
+
+
+def _replay_grpc(target: str, signal: str, bodies: list[bytes], rounds: int,
+                 clients: int) -> float:
+    """As ``_replay``, through the gRPC Export method (one channel per client thread)."""
+    import grpc
+
+    from collectors.otlp.grpc_receiver import SERVICES
+
+    @contextmanager
+    def client() -> Iterator[Callable[[bytes], str | None]]:
+        with grpc.insecure_channel(target, options=[
+                ("grpc.max_send_message_length", 64 << 20)]) as channel:
+            export = channel.unary_unary(f"/{SERVICES[signal]}/Export")
+
+            def send(body: bytes) -> str | None:
+                try:
+                    export(body, timeout=60)
+                except grpc.RpcError as exc:
+                    return f"{exc.code()}: {exc.details()}"
+                return None
+
+            yield send
+
+    return _drive(bodies, rounds, clients, client)
 
 
 def _store_rates(bodies: list[bytes], workdir: Path) -> tuple[float, float]:
