@@ -8,9 +8,10 @@ STAMP := $(VENV)/.aiops-installed
 EXTRAS ?= serve,analytics,agent,demo,dashboards,dev
 # Debian packages: a C/C++ toolchain and cmake, to compile llama-cpp-python (no wheel on PyPI);
 # bcc (python3-bpfcc) and Debian's kernel headers for the eBPF collector; Prometheus, which the
-# dashboard tests run every PromQL panel query against.
+# dashboard tests run every PromQL panel query against; clang, for the sanitizer build of the
+# OTLP decoder that `make fuzz` and the test run's fuzz smoke use.
 ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
-DEB_PACKAGES := build-essential cmake python3-bpfcc linux-headers-$(ARCH) prometheus
+DEB_PACKAGES := build-essential cmake python3-bpfcc linux-headers-$(ARCH) prometheus clang
 # Where the running kernel ships no headers, bcc gets this merged tree (BCC_KERNEL_SOURCE).
 KERNEL_HEADERS := .build/kernel-headers
 
@@ -26,7 +27,7 @@ VLLM_STAMP := $(VLLM_VENV)/.aiops-installed
 PHOENIX_VENV ?= .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
 
-.PHONY: demo test test-fast bench lint install llama-wheel vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean fuzz-build fuzz
+.PHONY: demo test test-fast bench lint install llama-wheel vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean fuzz-build fuzz fuzz-smoke fuzz-coverage fuzz-analyze
 
 install: sysdeps $(STAMP) ebpf-setup
 
@@ -109,19 +110,34 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt | sysdeps llama-wheel
 test:
 	@# The two virtualenvs install side by side (mostly unpacking wheels: ~1 and ~2 min).
 	@$(MAKE) --no-print-directory -j2 install vllm-env
-	@# Three lanes, cheapest first so a broken change fails in minutes: the unit lane (no
-	@# stack), the stack lane (one session stack, the attach and live tests), then the
-	@# end-to-end demo runs ("alone"), which judge detection and recovery in seconds and so
-	@# run once the session's stack (a second Ray and eBPF collector) is gone.
+	@# Lanes, cheapest first so a broken change fails in minutes: the unit lane (no stack); the
+	@# stack lane (one session stack, the attach and live tests), which mostly waits on the
+	@# stack, so beside it, at idle priority (they take only the cores' spare time), run the
+	@# offline evaluations (`eval`: CPU work on datasets, no timing) and the decoder's fuzz
+	@# smoke (a fixed number of executions, about a CPU-minute); both are waited for before the
+	@# end-to-end demo runs ("alone"), which judge detection and recovery in seconds and so run
+	@# with the machine to themselves.
 	@# As root the eBPF and Prometheus tests must run (not skip): that is how CI runs.
 	@if [ "$$(id -u)" = 0 ]; then export AIOPS_REQUIRE_EBPF=1 AIOPS_REQUIRE_PROMETHEUS=1; fi; \
-	export AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1; rc=0; \
-	for lane in "not stack and not alone" "stack and not alone" "alone"; do \
-		echo "== pytest -m '$$lane'"; \
-		$(BIN)/python -m pytest -m "$$lane" --durations=20; r=$$?; \
-		if [ $$r -eq 5 ]; then echo "pytest collected no tests for '$$lane': that is a failure"; r=1; fi; \
-		[ $$rc -eq 0 ] && rc=$$r; \
-	done; exit $$rc
+	export AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1; rc=0; smoke=; \
+	lane() { echo "== pytest -m '$$1'"; $(BIN)/python -m pytest -m "$$1" --durations=20; r=$$?; \
+		if [ $$r -eq 5 ]; then echo "pytest collected no tests for '$$1': that is a failure"; r=1; fi; \
+		return $$r; }; \
+	lane "not stack and not alone and not eval" || rc=$$?; \
+	mkdir -p build/fuzz; \
+	export -f lane; chrt --idle 0 bash -c "lane 'eval and not stack and not alone'" \
+		> build/eval-lane.log 2>&1 & evals=$$!; \
+	if command -v clang >/dev/null; then \
+		chrt --idle 0 $(MAKE) --no-print-directory fuzz-smoke > build/fuzz/smoke.log 2>&1 & smoke=$$!; \
+	else echo "NOTE: no clang, so no fuzz smoke (as root, make installs Debian's clang)"; fi; \
+	lane "stack and not alone"; r=$$?; [ $$rc -eq 0 ] && rc=$$r; \
+	wait $$evals; r=$$?; cat build/eval-lane.log; echo "== (the eval lane, at idle priority beside the stack lane: rc $$r)"; \
+	[ $$rc -eq 0 ] && rc=$$r; \
+	if [ -n "$$smoke" ]; then wait $$smoke; r=$$?; echo "== fuzz smoke (make fuzz-smoke, beside the stack lane): rc $$r"; \
+		grep -E "^Done|ERROR|Mismatch|crash-" build/fuzz/smoke.log || tail -20 build/fuzz/smoke.log; \
+		[ $$rc -eq 0 ] && rc=$$r; fi; \
+	lane "alone"; r=$$?; [ $$rc -eq 0 ] && rc=$$r; \
+	exit $$rc
 
 # The day-to-day lane: everything that needs no stack, no model server and no long
 # evaluation (`make test` runs the rest too).
@@ -156,9 +172,15 @@ clean:
 
 # Sanitizer build and coverage-guided differential fuzzing of the native OTLP decoder
 # (fuzz/): clang (Debian's, installed as root), atheris and Cython; findings land in
-# build/fuzz/findings. `make fuzz FUZZ_SECONDS=3600` for a longer run.
+# build/fuzz/findings. `make fuzz FUZZ_SECONDS=3600` for a longer run. `make fuzz-smoke` is
+# the test run's: FUZZ_SMOKE_RUNS executions (about a minute on a free core), a fixed amount of
+# work rather than of time, so that it can run at idle priority.
 FUZZ_SECONDS ?= 60
-fuzz-build: install
+FUZZ_SMOKE_RUNS ?= 120000
+FUZZ_STAMP := build/fuzz/.built
+fuzz-build: $(FUZZ_STAMP)
+
+$(FUZZ_STAMP): collectors/otlp/_wire.pyx fuzz/build.py fuzz/seeds.py $(STAMP)
 	@command -v clang >/dev/null || { if [ "$$(id -u)" = 0 ]; then \
 		echo "installing Debian's clang for the sanitizer build"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; \
@@ -166,10 +188,25 @@ fuzz-build: install
 	$(BIN)/python -m pip install -q -c constraints.txt atheris cython
 	$(BIN)/python fuzz/build.py
 	$(BIN)/python fuzz/seeds.py
+	touch $@
+
+FUZZ_RUN = mkdir -p build/fuzz/findings && cd build/fuzz/findings && \
+	LD_PRELOAD="$$($(CURDIR)/$(BIN)/python -c 'import atheris; print(atheris.path())')/asan_with_fuzzer.so" \
+	ASAN_OPTIONS=detect_leaks=0 $(CURDIR)/$(BIN)/python $(CURDIR)/fuzz/fuzz_decode.py \
+	$(CURDIR)/build/fuzz/corpus -rss_limit_mb=4096
 
 fuzz: fuzz-build
-	@mkdir -p build/fuzz/findings
-	cd build/fuzz/findings && \
-		LD_PRELOAD="$$($(CURDIR)/$(BIN)/python -c 'import atheris; print(atheris.path())')/asan_with_fuzzer.so" \
-		ASAN_OPTIONS=detect_leaks=0 $(CURDIR)/$(BIN)/python $(CURDIR)/fuzz/fuzz_decode.py \
-		$(CURDIR)/build/fuzz/corpus -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096
+	$(FUZZ_RUN) -max_total_time=$(FUZZ_SECONDS)
+
+fuzz-smoke: fuzz-build
+	$(FUZZ_RUN) -runs=$(FUZZ_SMOKE_RUNS) -max_total_time=1200
+
+# Line coverage of _wire.pyx by the corpus (a line-tracing build), and clang's static analyzer
+# over the C that Cython writes for the decoder (docs/security.md has what each reported).
+fuzz-coverage: fuzz-build
+	$(BIN)/python fuzz/coverage.py
+
+fuzz-analyze: fuzz-build
+	clang --analyze -Xanalyzer -analyzer-output=text -DAIOPS_JSON_CAP=4 \
+		-I"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+		"$$(find build/fuzz/src -name _wire.c)" -o build/fuzz/analyze.plist

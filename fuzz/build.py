@@ -26,34 +26,46 @@ CFLAGS = [f"-fsanitize={SANITIZERS}", "-fno-omit-frame-pointer", "-fno-sanitize-
           # Cython's generated C trips these on code it writes, not on the .pyx.
           "-Wno-unused-function", "-Wno-unreachable-code", "-Wno-unused-but-set-variable",
           "-Wno-unused-variable"]
+# The JSON buffers start this small here (1024 bytes in the shipped build), so that every input
+# with attributes grows them: the realloc path and writes past the old end under ASan.
+SMALL_BUFFER = "4"
 
 
-def build() -> Path:
-    if shutil.which("clang") is None:
+def build(out: Path = OUT, *, trace: bool = False) -> tuple[Path, Path]:
+    """Cythonize and compile ``_wire.pyx`` into ``out``: the sanitizer build, or with
+    ``trace`` the line-tracing one that fuzz/coverage.py measures with (no sanitizers).
+    Returns the shared object and the C file Cython wrote."""
+    if not trace and shutil.which("clang") is None:
         sys.exit("clang is not installed: `make fuzz-build` installs it as root "
                  "(Debian package clang)")
-    work = OUT / "src"
+    work = out / "src"
     for old in ("src", "lib", "tmp"):  # the corpus and findings stay
-        shutil.rmtree(OUT / old, ignore_errors=True)
+        shutil.rmtree(out / old, ignore_errors=True)
     (work / "collectors" / "otlp").mkdir(parents=True)
     pyx = work / "collectors" / "otlp" / "_wire.pyx"
     shutil.copy(ROOT / "collectors" / "otlp" / "_wire.pyx", pyx)
-    os.environ["CC"] = "clang"
-    os.environ["LDSHARED"] = f"clang -shared -fsanitize={SANITIZERS}"
-    ext = cythonize([Extension("collectors.otlp._wire", [str(pyx)], extra_compile_args=CFLAGS,
-                               extra_link_args=[f"-fsanitize={SANITIZERS}"])],
-                    compiler_directives={"language_level": "3", "boundscheck": True,
-                                         "wraparound": True},
-                    build_dir=str(work), quiet=True)
-    dist = Distribution({"ext_modules": ext})
-    cmd = dist.get_command_obj("build_ext")
-    cmd.build_lib = str(OUT / "lib")
-    cmd.build_temp = str(OUT / "tmp")
+    macros = [("AIOPS_JSON_CAP", SMALL_BUFFER)]
+    directives: dict[str, object] = {"language_level": "3"}
+    if trace:
+        macros += [("CYTHON_TRACE", "1"), ("CYTHON_TRACE_NOGIL", "1")]
+        directives["linetrace"] = True
+        ext = Extension("collectors.otlp._wire", [str(pyx)], define_macros=macros)
+    else:
+        os.environ["CC"] = "clang"
+        os.environ["LDSHARED"] = f"clang -shared -fsanitize={SANITIZERS}"
+        directives.update(boundscheck=True, wraparound=True)
+        ext = Extension("collectors.otlp._wire", [str(pyx)], extra_compile_args=CFLAGS,
+                        extra_link_args=[f"-fsanitize={SANITIZERS}"], define_macros=macros)
+    exts = cythonize([ext], compiler_directives=directives, build_dir=str(work), quiet=True)
+    cmd = Distribution({"ext_modules": exts}).get_command_obj("build_ext")
+    cmd.build_lib = str(out / "lib")
+    cmd.build_temp = str(out / "tmp")
     cmd.ensure_finalized()
     cmd.run()
-    [built] = (OUT / "lib" / "collectors" / "otlp").glob("_wire*.so")
-    return built
+    [built] = (out / "lib" / "collectors" / "otlp").glob("_wire*.so")
+    [c_file] = work.rglob("_wire.c")
+    return built, c_file
 
 
 if __name__ == "__main__":
-    print(build())
+    print(build()[0])

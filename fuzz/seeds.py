@@ -18,15 +18,17 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
+# Instrumentations name a schema_url, on the resource and the scope (the decoder reads them).
+SCHEMA = "https://opentelemetry.io/schemas/1.26.0"
 RESOURCE = Resource.create({"service.name": "chat", "service.version": "v2",
-                            "ray.serve.replica": "chat#abc", "host.cpus": 2})
+                            "ray.serve.replica": "chat#abc", "host.cpus": 2}, SCHEMA)
 
 
 def spans() -> list[bytes]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(resource=RESOURCE)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("aiops.serve", "1.0")
+    tracer = provider.get_tracer("aiops.serve", "1.0", SCHEMA)
     out = []
     for i in range(4):
         with tracer.start_as_current_span("POST /v1/chat/completions", kind=SpanKind.SERVER,
@@ -50,7 +52,7 @@ def logs() -> list[bytes]:
     exporter = InMemoryLogRecordExporter()
     provider = LoggerProvider(resource=RESOURCE)
     provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
-    logger = provider.get_logger("aiops.serve", "1.0")
+    logger = provider.get_logger("aiops.serve", "1.0", SCHEMA)
     tracer = TracerProvider(resource=RESOURCE).get_tracer("t")
     out = []
     for i, body in enumerate(["replica started", {"event": "oom", "sizes": [1, 2.5e-05]},

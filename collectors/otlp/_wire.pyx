@@ -24,6 +24,14 @@ class WireError(ValueError):
     pass
 
 
+class NonCanonical(Exception):
+    """A singular message field given twice in one message. Protobuf merges the two (a map
+    or array value twice is one value with both's entries); this decoder keeps the canonical
+    encoding's path fast and leaves such a body to the Python path (decode.py), which reads
+    it through protobuf. Found by fuzz/fuzz_decode.py's reasoning about merges; no SDK
+    writes one."""
+
+
 # The bound decode.py's MAX_TIME_NS documents (2262-01-01T00:00:00Z in ns): a record with a
 # time at or after it is rejected, as are all-zero ids and unknown span kinds; the checks and
 # their messages are the same as decode.py's _span_ok and _log_ok.
@@ -40,6 +48,18 @@ cdef extern from "Python.h":
     int Py_DTSF_ADD_DOT_0
 
 
+# The JSON buffers' first capacity. The fuzzing build (fuzz/build.py) starts them at 4 bytes,
+# so that growing them (realloc, then writes past the old end) runs on nearly every input
+# under AddressSanitizer: at 1024 the fuzz corpus never grew one (fuzz/coverage.py).
+cdef extern from *:
+    """
+    #ifndef AIOPS_JSON_CAP
+    #define AIOPS_JSON_CAP 1024
+    #endif
+    """
+    const Py_ssize_t AIOPS_JSON_CAP
+
+
 cdef class _Json:
     """A growable byte buffer that JSON text is written into."""
     cdef char* data
@@ -47,7 +67,7 @@ cdef class _Json:
     cdef Py_ssize_t cap
 
     def __cinit__(self):
-        self.cap = 1024
+        self.cap = AIOPS_JSON_CAP
         self.length = 0
         self.data = <char*>malloc(self.cap)
         if self.data == NULL:
@@ -308,6 +328,10 @@ cdef struct Reader:
     const unsigned char* p
     Py_ssize_t pos
     Py_ssize_t end
+    # Counts the length-delimited fields skipped unread (shared by a message's sub-readers):
+    # protobuf checks what such a field holds (UTF-8, a message's structure), so a body with
+    # any is checked by protobuf too (decode.py), and only such bodies pay for it.
+    Py_ssize_t* skipped
 
 
 # -- The typed spans columns (aiops.semconv), derived while decoding --------------------------
@@ -367,9 +391,9 @@ cdef int _pick(Reader r, Picked* out) except -1:
         elif (field == 2 and wire == 0) or (field == 4 and wire == 1) \
                 or (5 <= field <= 7 and wire == 2):
             out.kind = V_OTHER
-            _skip(&r, key)
+            _pass(&r, key, 0)  # the value's JSON is written (and checked) by _any_value
         else:
-            _skip(&r, key)
+            _pass(&r, key, 0)
     return 0
 
 
@@ -449,8 +473,7 @@ cdef inline uint64_t _varint(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
             raise WireError("truncated varint")
         b = r.p[r.pos]
         r.pos += 1
-        if shift == 63 and b > 1:
-            raise WireError("varint overflows 64 bits")
+        # Bits past 64 in a tenth byte are dropped, as protobuf (upb) drops them.
         result |= (<uint64_t>(b & 0x7F)) << shift
         if b < 0x80:
             return result
@@ -459,15 +482,25 @@ cdef inline uint64_t _varint(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
             raise WireError("varint too long")
 
 
-cdef inline uint64_t _key(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
-    """A field's key (number << 3 | wire type), refused where protobuf refuses it: field
-    number 0, or a key past 32 bits (found by fuzz/fuzz_decode.py: the Python path said
-    "wire format was corrupt" where this decoder skipped the field)."""
+cdef inline uint64_t _tag(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
+    """A field's key (number << 3 | wire type), refused where protobuf refuses any tag: past
+    32 bits, or longer than 5 bytes (overlong or not, as upb reads it)."""
+    cdef Py_ssize_t start = r.pos
     cdef uint64_t key = _varint(r)
-    if key >> 3 == 0:
-        raise WireError("field number 0")
+    if r.pos - start > 5:
+        raise WireError("field key too long")
     if key > 0xFFFFFFFF:
         raise WireError("field key out of range")
+    return key
+
+
+cdef inline uint64_t _key(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
+    """A message field's key; field number 0 is refused too (found by fuzz/fuzz_decode.py:
+    the Python path said "wire format was corrupt" where this decoder skipped the field).
+    Inside a skipped group protobuf allows it (``_pass`` reads those with ``_tag``)."""
+    cdef uint64_t key = _tag(r)
+    if key >> 3 == 0:
+        raise WireError("field number 0")
     return key
 
 
@@ -500,13 +533,22 @@ cdef inline Reader _sub(Reader* r) except *:
     if n > <uint64_t>(r.end - r.pos):
         raise WireError("length-delimited field runs past its message")
     out.p = r.p
+    out.skipped = r.skipped
     out.pos = r.pos
     out.end = r.pos + <Py_ssize_t>n
     r.pos = out.end
     return out
 
 
-cdef int _skip(Reader* r, uint64_t key, int depth=0) except -1:
+cdef int _skip(Reader* r, uint64_t key) except -1:
+    """Past the value of a field this decoder does not read (``_pass``), counted in
+    ``r.skipped`` where it is length-delimited (protobuf may refuse what it holds)."""
+    if (key & 7) == 2 and r.skipped != NULL:
+        r.skipped[0] += 1
+    return _pass(r, key, 0)
+
+
+cdef int _pass(Reader* r, uint64_t key, int depth) except -1:
     """Past the value of an unknown field whose ``key`` was just read. A group (wire type 3,
     proto2) is skipped to its matching end, as protobuf skips it (found by fuzz/fuzz_decode.py:
     this decoder refused one the Python path read past); an end without its start is corrupt."""
@@ -526,15 +568,22 @@ cdef int _skip(Reader* r, uint64_t key, int depth=0) except -1:
         while True:
             if r.pos >= r.end:
                 raise WireError("group not closed")
-            inner = _key(r)
+            inner = _tag(r)
             if <int>(inner & 7) == 4:
                 if inner >> 3 != key >> 3:
                     raise WireError("group closed by another field's end")
                 return 0
-            _skip(r, inner, depth + 1)
+            _pass(r, inner, depth + 1)
     else:
         raise WireError(f"unsupported wire type {wire}")
     return 0
+
+
+cdef inline int _schema_url(Reader* r) except -1:
+    """A schema_url (not stored): a string, so checked as protobuf checks it. Read here
+    rather than skipped, since SDK instrumentations set one on most exports."""
+    cdef Reader s = _sub(r)
+    return _check_utf8(r.p + s.pos, s.end - s.pos)
 
 
 cdef inline bytes _bytes(Reader* r):
@@ -557,6 +606,7 @@ cdef int _any_value(Reader r, _Json out, int depth) except -1:
     cdef double d
     cdef Py_ssize_t start = out.length
     cdef bint wrote = False
+    cdef int current = 0
     if depth > 64:
         raise WireError("values nested too deeply")
     while r.pos < r.end:
@@ -568,7 +618,11 @@ cdef int _any_value(Reader r, _Json out, int depth) except -1:
                 or (5 <= field <= 7 and wire == 2)):
             _skip(&r, key)
             continue
-        # A oneof: if a sender repeats it, the last one wins, as in protobuf.
+        # A oneof: if a sender repeats it, the last one wins, as in protobuf, except a
+        # message member given twice in a row, which protobuf merges.
+        if (field == 5 or field == 6) and current == field:
+            raise NonCanonical("an array or map value given twice")
+        current = field
         out.length = start
         wrote = True
         if field == 1:
@@ -691,7 +745,8 @@ cdef dict _finish(dict cols, object schema):
 
 def decode_spans(const unsigned char[:] body, object schema, object derived_schema=None):
     """Arrow arrays of the spans table (by ``schema``) from an ExportTraceServiceRequest.
-    Returns (arrays by column name, rejected count, first rejection reason). With
+    Returns (arrays by column name, rejected count, first rejection reason, count of
+    length-delimited fields skipped unread). With
     ``derived_schema`` (derive.DERIVED_SCHEMA), the arrays hold its derived columns too where
     every span's are certain."""
     cdef Reader top, rs, ss, sp, s
@@ -711,6 +766,7 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
     cdef _Json events = _Json()
     cdef _Json links = _Json()
     cdef int rejected = 0
+    cdef Py_ssize_t skipped = 0
     cdef bint n_attrs, n_events, n_links
     cdef bytes kind_text, code_text
     cdef dict cols = _columns(_SPAN_STRINGS, _SPAN_INTS)
@@ -725,6 +781,7 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
     cdef _Col c_scope = cols["scope_name"], c_scope_v = cols["scope_version"]
     first_reason = None
     top.p = &body[0] if body.shape[0] else NULL
+    top.skipped = &skipped
     top.pos = 0
     top.end = body.shape[0]
     while top.pos < top.end:
@@ -738,23 +795,31 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
         while rs.pos < rs.end:
             key = _key(&rs)
             if (key >> 3) == 1 and (key & 7) == 2:
+                if res_json is not None:
+                    raise NonCanonical("a resource given twice")
                 service, res_json, res_derived = _resource(_sub(&rs), 1)
             elif (key >> 3) == 2 and (key & 7) == 2:
                 s = _sub(&rs)
                 scopes.append((s.pos, s.end))
+            elif (key >> 3) == 3 and (key & 7) == 2:
+                _schema_url(&rs)
             else:
                 _skip(&rs, key)
         for scope_start, scope_end in scopes:
             ss.p = top.p
+            ss.skipped = top.skipped
             ss.pos = scope_start
             ss.end = scope_end
-            scope_name, scope_version = None, None
+            scope_name, scope_version, scope_seen = None, None, False
             n_valid = 0
             while ss.pos < ss.end:
                 key = _key(&ss)
                 field = <int>(key >> 3)
                 wire = <int>(key & 7)
                 if field == 1 and wire == 2:
+                    if scope_seen:
+                        raise NonCanonical("a scope given twice")
+                    scope_seen = True
                     scope_name, scope_version = _scope(_sub(&ss))
                 elif field == 2 and wire == 2:
                     sp = _sub(&ss)
@@ -798,7 +863,7 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
                             n_attrs = True
                             _one_kv(_sub(&sp), attrs, 0, picking)
                         elif field == 10 and wire == 0:
-                            dropped = _varint(&sp)
+                            dropped = _varint(&sp) & 0xFFFFFFFF  # a uint32
                         elif field == 11 and wire == 2:
                             if n_events:
                                 events.put(44)
@@ -816,7 +881,8 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
                                 if (key >> 3) == 2 and (key & 7) == 2:
                                     message = _str(&s)
                                 elif (key >> 3) == 3 and (key & 7) == 0:
-                                    code = _varint(&s)
+                                    # An enum: protobuf keeps the low 32 bits.
+                                    code = _varint(&s) & 0xFFFFFFFF
                                 else:
                                     _skip(&s, key)
                         else:
@@ -891,6 +957,8 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
                     if derive:
                         derive = _derive_span(picked, top.p, code, res_derived, c_model,
                                               c_version, c_replica, c_http, c_failed)
+                elif field == 3 and wire == 2:
+                    _schema_url(&ss)
                 else:
                     _skip(&ss, key)
             c_service.fill(service, n_valid)
@@ -901,7 +969,7 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
     if derive:
         arrays.update({f.name: (<_Col>dcols[f.name]).finish(f.type) for f in derived_schema
                        if f.name in dcols})
-    return arrays, rejected, first_reason
+    return arrays, rejected, first_reason, skipped
 
 
 _KIND_BYTES = (b"", b"internal", b"server", b"client", b"producer", b"consumer")
@@ -923,6 +991,8 @@ cdef int _one_kv(Reader kv, _Json out, int depth=0, Picked* picked=NULL) except 
             kstart = s.pos
             kend = s.end
         elif (key >> 3) == 2 and (key & 7) == 2:
+            if has_value:
+                raise NonCanonical("a key's value given twice")
             value = _sub(&kv)
             has_value = True
         else:
@@ -1021,10 +1091,12 @@ cdef int _link(Reader r, _Json out) except -1:
 
 def decode_logs(const unsigned char[:] body, object schema):
     """Arrow arrays of the logs table (by ``schema``) from an ExportLogsServiceRequest.
-    Returns (arrays by column name, rejected count, first rejection reason)."""
+    Returns (arrays by column name, rejected count, first rejection reason, count of
+    length-delimited fields skipped unread)."""
     cdef Reader top, rl, sl, lr, s
     cdef uint64_t key, t, observed, severity, flags
     cdef int field, wire, n_valid, rejected = 0
+    cdef Py_ssize_t skipped = 0
     cdef _Json attrs = _Json()
     cdef _Json bodybuf = _Json()
     cdef bint n_attrs, has_body
@@ -1039,6 +1111,7 @@ def decode_logs(const unsigned char[:] body, object schema):
     cdef _Col c_scope = cols["scope_name"], c_scope_v = cols["scope_version"]
     first_reason = None
     top.p = &body[0] if body.shape[0] else NULL
+    top.skipped = &skipped
     top.pos = 0
     top.end = body.shape[0]
     while top.pos < top.end:
@@ -1052,23 +1125,31 @@ def decode_logs(const unsigned char[:] body, object schema):
         while rl.pos < rl.end:
             key = _key(&rl)
             if (key >> 3) == 1 and (key & 7) == 2:
+                if res_json is not None:
+                    raise NonCanonical("a resource given twice")
                 service, res_json, _ = _resource(_sub(&rl), 1)
             elif (key >> 3) == 2 and (key & 7) == 2:
                 s = _sub(&rl)
                 scopes.append((s.pos, s.end))
+            elif (key >> 3) == 3 and (key & 7) == 2:
+                _schema_url(&rl)
             else:
                 _skip(&rl, key)
         for scope_start, scope_end in scopes:
             sl.p = top.p
+            sl.skipped = top.skipped
             sl.pos = scope_start
             sl.end = scope_end
-            scope_name, scope_version = None, None
+            scope_name, scope_version, scope_seen = None, None, False
             n_valid = 0
             while sl.pos < sl.end:
                 key = _key(&sl)
                 field = <int>(key >> 3)
                 wire = <int>(key & 7)
                 if field == 1 and wire == 2:
+                    if scope_seen:
+                        raise NonCanonical("a scope given twice")
+                    scope_seen = True
                     scope_name, scope_version = _scope(_sub(&sl))
                 elif field == 2 and wire == 2:
                     lr = _sub(&sl)
@@ -1090,10 +1171,12 @@ def decode_logs(const unsigned char[:] body, object schema):
                         elif field == 11 and wire == 1:
                             observed = _fixed64(&lr)
                         elif field == 2 and wire == 0:
-                            severity = _varint(&lr)
+                            severity = _varint(&lr) & 0xFFFFFFFF  # an enum (int32)
                         elif field == 3 and wire == 2:
                             sev_text = _str(&lr)
                         elif field == 5 and wire == 2:
+                            if has_body:
+                                raise NonCanonical("a log body given twice")
                             body_r = _sub(&lr)
                             has_body = True
                         elif field == 6 and wire == 2:
@@ -1137,7 +1220,8 @@ def decode_logs(const unsigned char[:] body, object schema):
                     c_obs.i64(<int64_t>observed) if observed else c_obs.null()
                     c_trace.hex(trace_id) if trace_id else c_trace.null()
                     c_span.hex(span_id) if span_id else c_span.null()
-                    c_sev.i64(<int64_t>severity) if severity else c_sev.null()
+                    c_sev.i64(<int64_t>(<int32_t>(<uint32_t>severity))) if severity \
+                        else c_sev.null()
                     c_sevt.str_or_null(sev_text)
                     if has_body:
                         value = _body(body_r, bodybuf)
@@ -1151,13 +1235,15 @@ def decode_logs(const unsigned char[:] body, object schema):
                     c_event.str_or_null(event)
                     c_attrs.json(attrs) if n_attrs else c_attrs.null()
                     c_flags.i64(<int64_t>flags)
+                elif field == 3 and wire == 2:
+                    _schema_url(&sl)
                 else:
                     _skip(&sl, key)
             c_service.fill(service, n_valid)
             c_res.fill(res_json, n_valid)
             c_scope.fill(scope_name, n_valid)
             c_scope_v.fill(scope_version, n_valid)
-    return _finish(cols, schema), rejected, first_reason
+    return _finish(cols, schema), rejected, first_reason, skipped
 
 
 cdef object _body(Reader r, _Json buf):
@@ -1168,22 +1254,31 @@ cdef object _body(Reader r, _Json buf):
     cdef int last_field = 0
     cdef Reader last_string
     cdef int field
+    cdef bint structured = False
     while probe.pos < probe.end:
         key = _key(&probe)
         field = <int>(key >> 3)
         if (field == 1 or field == 7) and (key & 7) == 2:
             last_string = _sub(&probe)
             last_field = field
-        elif ((field == 2 or field == 3) and (key & 7) == 0) or (field == 4 and (key & 7) == 1) \
-                or ((field == 5 or field == 6) and (key & 7) == 2):
+            if field == 1:  # protobuf checks every string of a oneof, not only the last
+                _check_utf8(r.p + last_string.pos, last_string.end - last_string.pos)
+        elif (field == 5 or field == 6) and (key & 7) == 2:
+            if last_field == field:
+                raise NonCanonical("an array or map body given twice")
             last_field = field
-            _skip(&probe, key)
+            structured = True
+            _pass(&probe, key, 0)
+        elif ((field == 2 or field == 3) and (key & 7) == 0) or (field == 4 and (key & 7) == 1):
+            last_field = field
+            _pass(&probe, key, 0)
         else:
             _skip(&probe, key)
+    if structured and last_field != 5 and last_field != 6 and r.skipped != NULL:
+        r.skipped[0] += 1  # an array or map a later value replaced: never parsed here
     if last_field == 0:
         return None
     if last_field == 1:
-        _check_utf8(r.p + last_string.pos, last_string.end - last_string.pos)
         return PyUnicode_DecodeUTF8(<const char*>(r.p + last_string.pos),
                                     last_string.end - last_string.pos, NULL)
     if last_field == 7:  # bytes: base64 text, as the Python path gives it

@@ -407,13 +407,18 @@ def _hex_ids_to_base64(node: Any) -> Any:
     return node
 
 
-def _decode_compiled(signal: str, body: bytes) -> Decoded:
+def _decode_compiled(signal: str, body: bytes) -> Decoded | None:
+    """The compiled decoder's result, or None for a body it leaves to the Python path (a
+    singular message field given twice, which protobuf merges)."""
     t = (SPANS if signal == "traces" else LOGS).wire
     try:
         if signal == "traces":
-            arrays, rejected, first = _wire.decode_spans(body, t.arrow_schema, DERIVED_SCHEMA)
+            arrays, rejected, first, skipped = _wire.decode_spans(body, t.arrow_schema,
+                                                                  DERIVED_SCHEMA)
         else:
-            arrays, rejected, first = _wire.decode_logs(body, t.arrow_schema)
+            arrays, rejected, first, skipped = _wire.decode_logs(body, t.arrow_schema)
+    except _wire.NonCanonical:
+        return None
     except _wire.WireError as exc:
         raise DecodeError(f"body is not a valid OTLP {signal} protobuf message: {exc}") \
             from exc
@@ -428,11 +433,13 @@ def _decode_compiled(signal: str, body: bytes) -> Decoded:
         table.validate()
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
         raise DecodeError(f"OTLP {signal} request has out-of-range values: {exc}") from exc
-    if rejected:
-        # The compiled decoder stops reading a record at its first fault; protobuf (upb, C)
-        # parses the rest of it too, and the Python path refuses a body it calls malformed
-        # anywhere: so must this one (fuzz/fuzz_decode.py found a rejected record's body that
-        # only protobuf read). Only bodies with rejected records pay for the check.
+    if rejected or skipped:
+        # The compiled decoder stops reading a record at its first fault, and skips the
+        # fields it does not store; protobuf (upb, C) parses all of it (UTF-8 of every string,
+        # the structure of every message), and the Python path refuses a body it calls
+        # malformed anywhere: so must this one (fuzz/fuzz_decode.py found both). Only bodies
+        # with rejected records or skipped length-delimited fields pay for the check; SDK
+        # exports have neither (their schema_url fields are checked, not skipped).
         _protobuf_check(signal, body)
     if rejected and not table.num_rows:
         raise DecodeError(f"every record was rejected ({rejected}): {first}")
@@ -459,7 +466,9 @@ def decode(signal: str, body: bytes, encoding: str, *, compiled: bool = True) ->
     A body that is malformed as a whole, or whose every record is invalid, is a DecodeError.
     """
     if compiled and _wire is not None and encoding == "protobuf" and signal != "metrics":
-        return _decode_compiled(signal, body)
+        done = _decode_compiled(signal, body)
+        if done is not None:
+            return done
     sig = SIGNALS[signal]
     msg = sig.request()
     if encoding == "protobuf":

@@ -19,18 +19,19 @@ from aiops.stack import settings_env
 pytestmark = pytest.mark.stack
 
 
-# Its own limit: the session's stack starts inside it (~1 min). Eleven cases, one of each scenario
-# family: all 36 narratives took 4-8 min on 2 cores, and the facts of all 36 are checked
-# without the LLM in the unit lane (tests/agents/evals/test_cases.py); `aiops eval --llm stack`
-# runs them all. The eval stops asking an LLM that failed three cases in a row, so a hung
-# endpoint ends it in minutes too.
+# Its own limit: the session's stack starts inside it (~1 min). Six cases, one of each of six
+# scenario families (~6 s of narrative each): what this test adds is that the served model is
+# asked and some of its narratives stand; the facts of all 36 cases are checked without the LLM
+# in the eval lane (tests/agents/evals/test_cases.py), and `aiops eval --llm stack` runs them
+# all (docs/benchmarks.md has the figures). The eval stops asking an LLM that failed three
+# cases in a row, so a hung endpoint ends it in minutes too.
 @pytest.mark.timeout(1200)
 def test_the_eval_passes_with_the_embedded_model_writing_the_narratives(
         stack: Settings) -> None:
     # A child process whose per-case progress (stderr) reaches pytest's capture as it happens:
     # a failure or a timeout shows how far the eval got and how long each case took.
     done = subprocess.run([sys.executable, "-m", "aiops", "eval", "--llm", "stack", "--json",
-                           "--sample", "11", "--no-questions"],
+                           "--sample", "6", "--no-questions"],
                           env={**os.environ, **settings_env(stack)}, stdout=subprocess.PIPE,
                           text=True, timeout=1100, check=False)
     assert done.returncode == 0, done.stdout
@@ -39,7 +40,7 @@ def test_the_eval_passes_with_the_embedded_model_writing_the_narratives(
           f"{report['pass_rate_with_narrative']:.1%} of {report['cases']} cases")
     slowest = sorted(report["results"], key=lambda r: -r["seconds"])[:5]
     print("slowest cases: " + ", ".join(f"{r['case']} {r['seconds']:.1f} s" for r in slowest))
-    assert report["cases"] == 11 and report["pass_rate"] >= 0.9
+    assert report["cases"] == 6 and report["pass_rate"] >= 0.9
     assert report["llm"] == "smollm2-135m-instruct"
     # The narratives were asked of the model, and at least some of them stood.
     assert report["pass_rate_with_narrative"] > 0
