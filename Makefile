@@ -111,12 +111,12 @@ test:
 	@# The two virtualenvs install side by side (mostly unpacking wheels: ~1 and ~2 min).
 	@$(MAKE) --no-print-directory -j2 install vllm-env
 	@# Lanes, cheapest first so a broken change fails in minutes: the unit lane (no stack); the
-	@# stack lane (one session stack, the attach and live tests), which mostly waits on the
-	@# stack, so beside it, at idle priority (they take only the cores' spare time), run the
-	@# offline evaluations (`eval`: CPU work on datasets, no timing) and the decoder's fuzz
-	@# smoke (a fixed number of executions, about a CPU-minute); both are waited for before the
-	@# end-to-end demo runs ("alone"), which judge detection and recovery in seconds and so run
-	@# with the machine to themselves.
+	@# stack lane (one session stack, the attach and live tests); the end-to-end demo runs
+	@# ("alone", after the session's stack is gone: they judge detection and recovery in
+	@# seconds). The stack lane mostly waits on its stack, so from its start the offline
+	@# evaluations (`eval`: CPU work on datasets, no timing) and the decoder's fuzz smoke (a
+	@# fixed number of executions, about a CPU-minute) run at idle priority (SCHED_IDLE: only
+	@# the cores' spare time, never a slice a test wants) and are waited for at the end.
 	@# As root the eBPF and Prometheus tests must run (not skip): that is how CI runs.
 	@if [ "$$(id -u)" = 0 ]; then export AIOPS_REQUIRE_EBPF=1 AIOPS_REQUIRE_PROMETHEUS=1; fi; \
 	export AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1; rc=0; smoke=; \
@@ -131,12 +131,12 @@ test:
 		chrt --idle 0 $(MAKE) --no-print-directory fuzz-smoke > build/fuzz/smoke.log 2>&1 & smoke=$$!; \
 	else echo "NOTE: no clang, so no fuzz smoke (as root, make installs Debian's clang)"; fi; \
 	lane "stack and not alone"; r=$$?; [ $$rc -eq 0 ] && rc=$$r; \
-	wait $$evals; r=$$?; cat build/eval-lane.log; echo "== (the eval lane, at idle priority beside the stack lane: rc $$r)"; \
+	lane "alone"; r=$$?; [ $$rc -eq 0 ] && rc=$$r; \
+	wait $$evals; r=$$?; cat build/eval-lane.log; echo "== (the eval lane, at idle priority from the stack lane on: rc $$r)"; \
 	[ $$rc -eq 0 ] && rc=$$r; \
-	if [ -n "$$smoke" ]; then wait $$smoke; r=$$?; echo "== fuzz smoke (make fuzz-smoke, beside the stack lane): rc $$r"; \
+	if [ -n "$$smoke" ]; then wait $$smoke; r=$$?; echo "== fuzz smoke (make fuzz-smoke, at idle priority from the stack lane on): rc $$r"; \
 		grep -E "^Done|ERROR|Mismatch|crash-" build/fuzz/smoke.log || tail -20 build/fuzz/smoke.log; \
 		[ $$rc -eq 0 ] && rc=$$r; fi; \
-	lane "alone"; r=$$?; [ $$rc -eq 0 ] && rc=$$r; \
 	exit $$rc
 
 # The day-to-day lane: everything that needs no stack, no model server and no long

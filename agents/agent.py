@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.intent import TELEMETRY_KINDS, Intent, IntentKind, intent_schema, parse_rules
+from agents.intent import TELEMETRY_KINDS, Intent, IntentKind, Reader, intent_schema, parse_rules
+from agents.intent_knn import read_by_examples
 from agents.investigate import Findings, Investigation, investigate
 from agents.narrate import SYSTEM_PROMPT, Narrative, llm_narrative, template_narrative
 from agents.questions import Report
@@ -86,10 +87,13 @@ BUSY_WINDOW_S = 10.0  # "busy": a user request to a model began this recently
 
 class Agent:
     def __init__(self, toolbox: Toolbox, llm: LLM | None = None, mode: Mode = "plan",
-                 when_busy: Literal["ask", "skip"] = "ask") -> None:
+                 when_busy: Literal["ask", "skip"] = "ask",
+                 reader: Reader | None = read_by_examples) -> None:
         self.box = toolbox
         self.llm = llm
         self.mode = mode
+        # The nearest labelled examples read a topic no keyword names (agents.intent_knn).
+        self.reader = reader
         # "skip": no narrative from the LLM while models serve users (the template's, with
         # the reason): the facts never need it, and on a small machine it slows them.
         self.when_busy = when_busy
@@ -111,7 +115,7 @@ class Agent:
     # -- reading the question -----------------------------------------------------------------
 
     def parse(self, question: str, models: list[str]) -> Intent:
-        intent = parse_rules(question, models)
+        intent = parse_rules(question, models, self.reader)
         if intent is not None:
             return intent
         if self.llm is not None:

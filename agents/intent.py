@@ -9,9 +9,11 @@ choose, never invent.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -27,6 +29,12 @@ from agents.cues import (
     window_minutes,
     zh_action,
 )
+
+if TYPE_CHECKING:
+    from agents.intent_knn import Guess
+
+# Reads a question's topic from labelled examples (agents.intent_knn), given the known models.
+Reader = Callable[[str, list[str]], "Guess"]
 
 __all__ = ["TELEMETRY_KINDS", "Intent", "IntentKind", "intent_schema", "match_model",
            "parse_rules"]
@@ -75,7 +83,7 @@ class Intent(BaseModel):
     versions: list[str] = Field(default_factory=list)
     order: Literal["slowest", "failed"] | None = None
     new_only: bool = False
-    source: str = "rules"  # rules or llm
+    source: str = "rules"  # rules, examples (the nearest labelled examples) or llm
 
 
 _INCIDENT_ID = re.compile(r"\binc-[0-9a-f]{6,32}\b")
@@ -116,11 +124,20 @@ def match_model(question: str, models: list[str]) -> str | None:
         if any(p in words for p in parts):
             return m
     for key, cues in _KIND_WORDS.items():
-        if words & set(cues) or any(c in q for c in _ZH_KIND_WORDS[key]):
+        if words & set(cues) or any(c in q for c in _ZH_KIND_WORDS[key]) \
+                or _misspelt(words, cues):
             fits = [m for m in models if key in m.lower() or any(c in m.lower() for c in cues)]
             if len(fits) == 1:
                 return fits[0]
     return None
+
+
+def _misspelt(words: set[str], cues: tuple[str, ...]) -> bool:
+    """A word of five letters or more one slip away from a cue ("embeding", "embbeding"):
+    typed at 3am, still meant."""
+    long_cues = [c for c in cues if len(c) >= 5]
+    return any(difflib.get_close_matches(w, long_cues, n=1, cutoff=0.85)
+               for w in words if len(w) >= 5)
 
 
 def replica_count(question: str) -> int | None:
@@ -129,8 +146,11 @@ def replica_count(question: str) -> int | None:
     return int(next(g for g in m.groups() if g is not None)) if m else None
 
 
-def parse_rules(question: str, models: list[str]) -> Intent | None:
-    """The intent by rules; None when no rule recognises the question."""
+def parse_rules(question: str, models: list[str], reader: Reader | None = None
+                ) -> Intent | None:
+    """The intent by rules; None when no rule recognises the question. With ``reader``, a
+    question whose topic no keyword names (and that asks no "why") takes the topic of the
+    nearest labelled examples when they are sure of it."""
     model = match_model(question, models)
     incident = _INCIDENT_ID.search(question)
     bare = question  # "minilm-l6-v2" names a model, not version v2
@@ -164,17 +184,39 @@ def parse_rules(question: str, models: list[str]) -> Intent | None:
         telemetry = telemetry_intent(question, common, versions)
         if telemetry is not None:
             return telemetry
+        if reader is not None:
+            guess = reader(question, models)
+            if guess.sure:
+                return _from_guess(guess, question, common, versions)
     if _INVESTIGATE.search(question) or CAUSE.search(question) or model is not None:
         return Intent(kind=IntentKind.INVESTIGATE, **common)
     return None
 
 
-def telemetry_intent(question: str, common: dict[str, Any], versions: list[str]
-                     ) -> Intent | None:
-    """A question that asks for a figure from the telemetry (not why something happened)."""
+def _from_guess(guess: Guess, question: str, common: dict[str, Any], versions: list[str]
+                ) -> Intent:
+    """The intent the nearest examples read, with the slots the rules read."""
+    kind = IntentKind(guess.kind)
+    if kind in TELEMETRY_KINDS:
+        intent = telemetry_intent(question, common, versions, kind)
+        assert intent is not None
+        update: dict[str, Any] = {"source": "examples"}
+        if kind is IntentKind.TRACES and guess.slot is not None:
+            update["order"] = guess.slot  # failed or slowest
+        if kind is IntentKind.LOGS:
+            update["new_only"] = guess.slot == "new"
+        return intent.model_copy(update=update)
+    return Intent(kind=kind, source="examples", **common)
+
+
+def telemetry_intent(question: str, common: dict[str, Any], versions: list[str],
+                     kind: IntentKind | None = None) -> Intent | None:
+    """A question that asks for a figure from the telemetry (not why something happened);
+    ``kind`` when something else (the nearest examples) read the topic."""
     # "p95 by replica" asks for latency: a breakdown does not name the topic.
     topic = BY_REPLICA.sub(" ", question)
-    kind = next((IntentKind(k) for k, cue in TELEMETRY if cue.search(topic)), None)
+    if kind is None:
+        kind = next((IntentKind(k) for k, cue in TELEMETRY if cue.search(topic)), None)
     if kind is None:
         return None
     by: str | None = None
