@@ -108,7 +108,7 @@ class ExampleIndex:
     def _unit(v: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         v = np.asarray(v, dtype=np.float32)
         norms = np.linalg.norm(v, axis=1, keepdims=True)
-        return v / np.where(norms == 0, 1, norms)
+        return np.asarray(v / np.where(norms == 0, 1, norms), dtype=np.float32)
 
     def similarities(self, text: str) -> npt.NDArray[np.float64]:
         with self._lock:
