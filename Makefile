@@ -113,8 +113,8 @@ test:
 	@# Lanes, cheapest first so a broken change fails in minutes: the unit lane (no stack); the
 	@# stack lane (one session stack, the attach and live tests); the end-to-end demo runs
 	@# ("alone", after the session's stack is gone: they judge detection and recovery in
-	@# seconds). The stack lane mostly waits on its stack, so from its start the offline
-	@# evaluations (`eval`: CPU work on datasets, no timing) and the decoder's fuzz smoke (a
+	@# seconds). The stack lane mostly waits on its stack, so from its start the `offline` tests
+	@# (dataset evaluations and other pure computation: no servers, no timing) and the decoder's fuzz smoke (a
 	@# fixed number of executions, about a CPU-minute) run at idle priority (SCHED_IDLE: only
 	@# the cores' spare time, never a slice a test wants) and are waited for at the end.
 	@# As root the eBPF and Prometheus tests must run (not skip): that is how CI runs.
@@ -123,16 +123,16 @@ test:
 	lane() { echo "== pytest -m '$$1'"; $(BIN)/python -m pytest -m "$$1" --durations=20; r=$$?; \
 		if [ $$r -eq 5 ]; then echo "pytest collected no tests for '$$1': that is a failure"; r=1; fi; \
 		return $$r; }; \
-	lane "not stack and not alone and not eval" || rc=$$?; \
+	lane "not stack and not alone and not offline" || rc=$$?; \
 	mkdir -p build/fuzz; \
-	export -f lane; chrt --idle 0 bash -c "lane 'eval and not stack and not alone'" \
-		> build/eval-lane.log 2>&1 & evals=$$!; \
+	export -f lane; chrt --idle 0 bash -c "lane 'offline and not stack and not alone'" \
+		> build/offline-lane.log 2>&1 & evals=$$!; \
 	if command -v clang >/dev/null; then \
 		chrt --idle 0 $(MAKE) --no-print-directory fuzz-smoke > build/fuzz/smoke.log 2>&1 & smoke=$$!; \
 	else echo "NOTE: no clang, so no fuzz smoke (as root, make installs Debian's clang)"; fi; \
 	lane "stack and not alone"; r=$$?; [ $$rc -eq 0 ] && rc=$$r; \
 	lane "alone"; r=$$?; [ $$rc -eq 0 ] && rc=$$r; \
-	wait $$evals; r=$$?; cat build/eval-lane.log; echo "== (the eval lane, at idle priority from the stack lane on: rc $$r)"; \
+	wait $$evals; r=$$?; cat build/offline-lane.log; echo "== (the offline lane, at idle priority from the stack lane on: rc $$r)"; \
 	[ $$rc -eq 0 ] && rc=$$r; \
 	if [ -n "$$smoke" ]; then wait $$smoke; r=$$?; echo "== fuzz smoke (make fuzz-smoke, at idle priority from the stack lane on): rc $$r"; \
 		grep -E "^Done|ERROR|Mismatch|crash-" build/fuzz/smoke.log || tail -20 build/fuzz/smoke.log; \

@@ -27,7 +27,7 @@ from agents.intent import TELEMETRY_KINDS, Intent, IntentKind, Reader, intent_sc
 from agents.intent_knn import read_by_examples
 from agents.investigate import Findings, Investigation, investigate
 from agents.narrate import SYSTEM_PROMPT, Narrative, llm_narrative, template_narrative
-from agents.questions import Report
+from agents.questions import Report, explain_without_incident
 from agents.questions import answer as answer_question
 from agents.tools import Toolbox, ToolResult, ToolStatus
 from aiops.errors import AIOpsError
@@ -155,6 +155,11 @@ class Agent:
             inv = Investigation(intent=intent, report=answer_question(self.box, intent, question))
         else:
             inv = investigate(self.box, intent)
+            if intent.kind is IntentKind.INVESTIGATE and inv.facts is None \
+                    and intent.model is not None:
+                # No incident names it, yet something prompted the question: what its
+                # requests show (slow minutes, spans that grew, changes), not "no incident".
+                inv.report = explain_without_incident(self.box, intent, question)
         if inv.report is not None:
             narrative = Narrative(text=_report_summary(inv.report), source="template")
         elif intent.kind is IntentKind.HELP:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agents.intent import Intent, IntentKind
-from agents.questions import changes, latency, logs, saturation, slo, traces
+from agents.questions import changes, latency, logs, saturation, slo, traces, why
 from agents.questions.model import Ask, CitedQuery, Report
 from agents.tools import Toolbox
 
-__all__ = ["CitedQuery", "Report", "answer"]
+__all__ = ["CitedQuery", "Report", "answer", "explain_without_incident"]
 
 _ANSWERS: dict[IntentKind, tuple[str, Callable[[Ask], None]]] = {
     IntentKind.LATENCY: ("Latency", latency.latency),
@@ -35,4 +35,12 @@ def answer(box: Toolbox, intent: Intent, question: str) -> Report | None:
     fill(ask)
     if intent.model is None and intent.kind is not IntentKind.CHANGES:
         ask.report.lines.insert(0, "No model named: every model.")
+    return ask.report
+
+
+def explain_without_incident(box: Toolbox, intent: Intent, question: str) -> Report:
+    """What the telemetry shows of a model no incident names (agents.questions.why): its
+    minutes that ran slow, the spans that grew, what changed in the window."""
+    ask = Ask(box, intent, question, "No incident: what its requests show")
+    why.why(ask)
     return ask.report

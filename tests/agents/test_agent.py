@@ -38,7 +38,8 @@ def test_what_happened_cites_the_incident_and_a_trace(store: Store) -> None:
 def test_no_incident_is_said_plainly_with_the_slis(store: Store) -> None:
     traffic(store, T0 - 120 * NS, 120, 2, 50)
     answer = Agent(Toolbox(store, now=lambda: T0)).ask("what happened to echo?")
-    assert answer.facts is None and answer.text.startswith("No incident on echo")
+    assert answer.facts is None and answer.narrative.text.startswith("No incident on echo")
+    assert "did not run slow" in answer.narrative.text  # what its requests show
     assert "p95" in answer.text and answer.slis
 
 

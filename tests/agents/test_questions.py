@@ -167,7 +167,9 @@ def test_what_the_store_cannot_answer_is_said_not_guessed(store: Store) -> None:
 def test_a_question_about_why_is_still_an_investigation(store: Store) -> None:
     _requests(store, T0 - 300 * NS, 10, 1000, 40)
     a = _ask(store, "why did the p99 of echo jump?")
-    assert a.intent.kind == "investigate" and a.report is None
+    # Not a latency table: an investigation, which with no incident reads the requests.
+    assert a.intent.kind == "investigate" and a.report is not None
+    assert a.report.kind == "investigate" and a.report.lines[0].startswith("No incident")
 
 
 def test_the_terminal_shows_the_figures_the_gaps_and_the_sql(store: Store) -> None:
@@ -183,3 +185,42 @@ def test_the_terminal_shows_the_figures_the_gaps_and_the_sql(store: Store) -> No
     assert "p99" in shown and "SELECT" in shown and "quantile_cont" in shown
     # What happened to the action, in words, not a bare "-> error".
     assert "Not done: cannot roll back echo: only v1 has served it" in shown
+
+
+# -- "why" with no incident (agents/questions/why.py) ------------------------------------------
+
+
+def test_why_without_an_incident_shows_the_slow_minutes_and_the_span_that_grew(
+        store: Store) -> None:
+    """The chat model ran 1.5 s slower for 90 s, under its SLO: no incident, yet "why did it
+    get slow?" is answered from its requests, not with "no incident"."""
+    _requests(store, T0 - 900 * NS, 780, 1000, 40)  # 13 usual minutes
+    _requests(store, T0 - 120 * NS, 90, 1000, 1540)  # then 90 s at +1.5 s
+    a = _ask(store, "why did echo get slow?")
+    assert a.intent.kind == "investigate" and a.report is not None
+    text = "\n".join(a.report.lines)
+    assert a.report.lines[0].startswith("No incident on echo in the last 15 minutes, but it "
+                                        "ran slow for 2 minute(s)")
+    assert "against 4" in a.report.lines[0]  # the usual median, ~40 ms
+    assert "echo `chat echo`" in text  # the replica's span grew
+    slow = [r for r in a.report.rows if r["slow"]]
+    assert len(slow) == 2 and all(r["p50_ms"] > 1500 for r in slow)
+    assert a.report.queries and all(q.error is None for q in a.report.queries)
+    assert a.text.count("```sql") == len(a.report.queries)
+
+
+def test_why_without_an_incident_says_when_nothing_ran_slow(store: Store) -> None:
+    _requests(store, T0 - 900 * NS, 800, 1000, 40)
+    a = _ask(store, "why is echo slow?")
+    assert a.report is not None
+    assert a.report.lines[0].startswith("No incident on echo in the last 15 minutes, and it "
+                                        "did not run slow")
+    assert "Spans that grew" not in "\n".join(a.report.lines)
+
+
+def test_why_without_an_incident_lists_what_changed_in_the_window(store: Store) -> None:
+    _requests(store, T0 - 900 * NS, 780, 1000, 40)
+    _requests(store, T0 - 120 * NS, 90, 1000, 1540, version="v2")  # a new version, slow
+    a = _ask(store, "what happened to echo? it got slow")
+    text = "\n".join(a.report.lines) if a.report else ""
+    assert "ran slow" in text and "echo@v2 started serving" in text

@@ -1,5 +1,5 @@
-"""Every test here is an offline evaluation on a dataset (CPU work, no timing): marked `eval`,
-which `make test` runs at idle priority beside the stack lane instead of in the unit lane."""
+"""Every test here is an offline evaluation on a dataset (CPU work, no timing): marked
+`offline`, which `make test` runs at idle priority beside the stack lane."""
 
 from __future__ import annotations
 
@@ -14,4 +14,4 @@ HERE = Path(__file__).parent
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.parents:
-            item.add_marker(pytest.mark.eval)
+            item.add_marker(pytest.mark.offline)

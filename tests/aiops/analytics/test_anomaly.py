@@ -15,6 +15,9 @@ from aiops.analytics.anomaly import (
     SeriesDetector,
 )
 
+# Pure computation (no servers, no timing): `make test` runs it at idle priority.
+pytestmark = pytest.mark.offline
+
 THRESHOLD = DetectorConfig().threshold
 WARMUP = 1000  # points a new series needs before its range and patterns are learnt
 CHANGE = 3000

@@ -28,6 +28,9 @@ from aiops.analytics.metric_live import (
 from aiops.evals import nab
 from aiops.evals.nab_events import detections
 
+# Pure computation (no servers, no timing): `make test` runs it at idle priority.
+pytestmark = pytest.mark.offline
+
 NAB = Path(__file__).resolve().parents[3].parent / "shared" / "datasets" / "nab"
 needs_nab = pytest.mark.skipif(not (NAB / "data").is_dir(), reason=f"NAB not found at {NAB}")
 
