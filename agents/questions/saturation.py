@@ -1,5 +1,5 @@
-"""How full a model is: queue depth and requests in flight at the ingress, KV-cache use,
-replicas, replica memory (RSS) and CPU run-queue delay from eBPF."""
+"""How full a model is: queue depth and requests in flight at the ingress, KV-cache use (and,
+asked for, its hit rate), replicas, replica memory (RSS) and CPU run-queue delay from eBPF."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ GAUGES = [
     ("aiops.serve.replicas", "replicas", "{:g}"),
 ]
 _GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])|显存|vram", re.I)
+_HIT_RATE = re.compile(r"hit[- ]?(?:rate|ratio)|cache hits?|命中", re.I)
+# Prefix-cache counters (cumulative): the Serve-hosted vLLM's (serve/backends/vllm_engine.py)
+# and a scraped vLLM server's own. llama.cpp exports none.
+HITS = ("vllm.prefix_cache.hits", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
+QUERIES = ("vllm.prefix_cache.queries", "vllm:prefix_cache_queries_total",
+           "vllm:prefix_cache_queries")
 
 
 def saturation(ask: Ask) -> None:
@@ -63,6 +69,42 @@ def saturation(ask: Ask) -> None:
         ask.gap("no KV-cache metric in the window (only generative backends report one)")
     if _GPU.search(ask.question):
         ask.gap("no GPU metric in the store: the replicas here run on CPU")
+    if _HIT_RATE.search(ask.question):
+        _hit_rate(ask)
+
+
+def _hit_rate(ask: Ask) -> None:
+    """The KV (prefix) cache hit rate: hits over queries in the window, from the engine's
+    counters; said to be unmeasured where no engine exports them (KV-cache *use* is not it)."""
+    clause, params = where("time", ask.since, ask.until, (METRIC_MODEL, ask.intent.model))
+    names = ", ".join(f"'{n}'" for n in (*HITS, *QUERIES))
+    hits = ", ".join(f"'{n}'" for n in HITS)
+    sql = f"""
+        WITH series AS (
+            SELECT {METRIC_MODEL} AS model, attributes->>'aiops.model.version' AS version,
+                   name IN ({hits}) AS is_hits, max(value) - min(value) AS delta
+            FROM metric_points
+            {clause}
+              AND name IN ({names}) AND value IS NOT NULL
+            GROUP BY model, version, name, attributes)
+        SELECT model, version, sum(delta) FILTER (WHERE is_hits) AS hits,
+               sum(delta) FILTER (WHERE NOT is_hits) AS queries
+        FROM series WHERE model IS NOT NULL
+        GROUP BY ALL ORDER BY ALL"""
+    rows = ask.rows(sql, params)
+    who = ask.intent.model or "any model"
+    if not rows:
+        ask.gap(f"KV-cache hit rate: not measured for {who} in {ask.window} (no prefix-cache "
+                "counters: vLLM exports prefix-cache hits and queries, llama.cpp none; the "
+                "KV-cache use above is how full the cache is, not how often it hits)")
+        return
+    for r in rows:
+        where_ = r["model"] + (f"@{r['version']}" if r["version"] else "")
+        if not r["queries"]:
+            ask.say(f"- {where_} KV-cache hit rate: no prefix-cache lookups in the window")
+        else:
+            ask.say(f"- {where_} KV-cache hit rate: {r['hits'] / r['queries']:.1%} "
+                    f"({r['hits']:g} of {r['queries']:g} prefix tokens looked up)")
 
 
 def _replicas_from_spans(ask: Ask) -> None:

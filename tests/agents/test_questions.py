@@ -11,7 +11,7 @@ from agents.agent import Agent, Answer
 from agents.tools import Toolbox
 from aiops.analytics.slo import Objective
 from aiops.store import Store
-from tests.aiops.analytics.telemetry import NS, T0, add_logs, add_spans, log, span
+from tests.aiops.analytics.telemetry import NS, T0, add_logs, add_points, add_spans, log, span
 
 
 def _requests(store: Store, start_ns: int, n: int, every_ms: int, duration_ms: float,
@@ -224,3 +224,42 @@ def test_why_without_an_incident_lists_what_changed_in_the_window(store: Store) 
     a = _ask(store, "what happened to echo? it got slow")
     text = "\n".join(a.report.lines) if a.report else ""
     assert "ran slow" in text and "echo@v2 started serving" in text
+
+
+# -- the KV-cache hit rate -------------------------------------------------------------------
+
+
+def _counter(name: str, t: int, value: float, model: str) -> dict[str, Any]:
+    return {"time": t, "name": name, "type": "gauge", "value": value,
+            "attributes": {"gen_ai.request.model": model, "aiops.model.version": "v1"}}
+
+
+def test_the_kv_cache_hit_rate_comes_from_the_engines_prefix_cache_counters(
+        store: Store) -> None:
+    """vLLM counts prefix-cache lookups and hits: the hit rate is their growth in the window
+    (not the cache's use, which says how full it is)."""
+    add_points(store, [
+        *(_counter("vllm.prefix_cache.queries", T0 - (300 - 30 * k) * NS, 1000.0 + 400 * k,
+                   "qwen") for k in range(10)),
+        *(_counter("vllm.prefix_cache.hits", T0 - (300 - 30 * k) * NS, 200.0 + 100 * k, "qwen")
+          for k in range(10))])
+    a = _ask(store, "what is the KV cache hit rate of qwen?")
+    assert a.intent.kind == "saturation" and a.report is not None
+    line = next(x for x in a.report.lines if "hit rate" in x)
+    assert "qwen@v1 KV-cache hit rate: 25.0% (900 of 3600" in line
+
+
+def test_a_kv_cache_hit_rate_nobody_measures_is_said_to_be_unmeasured(store: Store) -> None:
+    """llama.cpp exports KV-cache use but no hit counters: the answer says the rate is not
+    measured rather than offering the use as if it were the rate."""
+    _requests(store, T0 - 300 * NS, 10, 1000, 40)
+    add_points(store, [{"time": T0 - 60 * NS, "name": "aiops.model.kv_cache.usage",
+                        "type": "gauge", "value": 0.4,
+                        "attributes": {"gen_ai.request.model": "echo",
+                                       "aiops.model.version": "v1"}}])
+    a = _ask(store, "what is the KV cache hit rate of echo?")
+    assert a.report is not None
+    assert a.intent.model == "echo"
+    assert any(g.startswith("KV-cache hit rate: not measured for echo") for g in a.report.gaps)
+    assert any("KV-cache / context use: 40%" in x for x in a.report.lines)  # the use, as use
+    assert not any("hit rate:" in x for x in a.report.lines)
