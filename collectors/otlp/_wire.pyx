@@ -988,6 +988,9 @@ cdef int _one_kv(Reader kv, _Json out, int depth=0, Picked* picked=NULL) except 
         key = _key(&kv)
         if (key >> 3) == 1 and (key & 7) == 2:
             s = _sub(&kv)
+            # Every occurrence is checked, as protobuf checks it, not only the last, which
+            # is kept (found by fuzz/fuzz_decode.py: a replaced key that was not UTF-8).
+            _check_utf8(kv.p + s.pos, s.end - s.pos)
             kstart = s.pos
             kend = s.end
         elif (key >> 3) == 2 and (key & 7) == 2:
