@@ -41,6 +41,7 @@ from agents.slack_replay import SeenSignatures
 from agents.tools import Limits, Proposer, Toolbox
 from aiops.analytics.slo import Objective
 from aiops.auth import Access, Role
+from aiops.capacity import Capacity
 from aiops.errors import AIOpsError, ConfigError
 from aiops.remediation.actions import Action
 from aiops.store import Store
@@ -125,13 +126,15 @@ class AgentService:
                  propose: Callable[[Action, str, int], dict[str, Any]] | None = None,
                  decide: Decide | None = None, objectives: Sequence[Objective] = (),
                  models: Sequence[str] = (), memory: LazyMemory | None = None,
-                 slack: SlackSettings | None = None) -> None:
+                 slack: SlackSettings | None = None, capacities: Sequence[Capacity] = ()
+                 ) -> None:
         self.settings = settings
         self.slack = slack or SlackSettings()
         self.memory = memory
         self.store = store
         self.objectives = tuple(objectives)
         self.models = tuple(models)  # declared in the specs: known before any traffic
+        self.capacities = tuple(capacities)  # the specs' limits, for answers about use
         self.proposer: Proposer | None = _Acting(propose, decide) if propose else None
         self._slots = threading.BoundedSemaphore(settings.max_concurrent)
         self._llm: LLM | None = None
@@ -156,7 +159,7 @@ class AgentService:
             box = Toolbox(self.store, proposer,
                           Limits(sql_rows=s.sql_rows, sql_timeout_s=s.sql_timeout_s),
                           actor=actor, objectives=self.objectives, models=self.models,
-                          memory=self.memory)
+                          memory=self.memory, capacities=self.capacities)
             return Agent(box, self.llm, s.mode, s.when_busy).ask(question)
         finally:
             self._slots.release()

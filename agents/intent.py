@@ -150,7 +150,8 @@ def parse_rules(question: str, models: list[str], reader: Reader | None = None
                 ) -> Intent | None:
     """The intent by rules; None when no rule recognises the question. With ``reader``, a
     question whose topic no keyword names (and that asks no "why") takes the topic of the
-    nearest labelled examples when they are sure of it."""
+    nearest labelled examples when they are sure of it, and a keyword's topic gives way to
+    theirs when they are sure by a wide margin (``Guess.overrides``)."""
     model = match_model(question, models)
     incident = _INCIDENT_ID.search(question)
     bare = question  # "minilm-l6-v2" names a model, not version v2
@@ -182,12 +183,12 @@ def parse_rules(question: str, models: list[str], reader: Reader | None = None
         return Intent(kind=IntentKind.LIST_INCIDENTS, **common)
     if not CAUSE.search(question):
         telemetry = telemetry_intent(question, common, versions)
+        guess = reader(question, models) if reader is not None else None
+        if guess is not None and guess.sure and (telemetry is None or (
+                guess.overrides and guess.kind != telemetry.kind)):
+            return _from_guess(guess, question, common, versions)
         if telemetry is not None:
             return telemetry
-        if reader is not None:
-            guess = reader(question, models)
-            if guess.sure:
-                return _from_guess(guess, question, common, versions)
     if _INVESTIGATE.search(question) or CAUSE.search(question) or model is not None:
         return Intent(kind=IntentKind.INVESTIGATE, **common)
     return None

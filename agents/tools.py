@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from aiops import semconv
 from aiops.analytics.findings import NOT_WARMUP
 from aiops.analytics.slo import Objective
+from aiops.capacity import Capacity
 from aiops.errors import AIOpsError
 from aiops.remediation.actions import Action, ActionKind, new_action
 from aiops.store import Store
@@ -93,8 +94,12 @@ class Toolbox:
     def __init__(self, store: Store, proposer: Proposer | None = None,
                  limits: Limits | None = None, now: Callable[[], int] = time.time_ns,
                  actor: str = "agent", objectives: Sequence[Objective] = (),
-                 models: Sequence[str] = (), memory: LazyMemory | None = None) -> None:
+                 models: Sequence[str] = (), memory: LazyMemory | None = None,
+                 capacities: Sequence[Capacity] = ()) -> None:
         self.store = store
+        # What each model is given (its specs' memory reservation, queue bound): answers
+        # about use say it against these.
+        self.capacities = {c.model: c for c in capacities}
         self.memory = memory  # past incidents by similarity (agents.memory)
         self.objectives = tuple(objectives)  # the models' SLOs, for questions about them
         self.models = tuple(models)  # models declared (specs) beside those the store has seen

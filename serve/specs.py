@@ -22,6 +22,7 @@ import jsonschema
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from aiops.capacity import Capacity
 from aiops.errors import ConfigError
 from aiops.slo_spec import Objective
 
@@ -39,6 +40,7 @@ __all__ = [
     "SpecError",
     "Warmup",
     "WarmupRequest",
+    "capacities_from_specs",
     "load_specs",
     "models_from_specs",
     "objectives_from_specs",
@@ -395,6 +397,19 @@ def load_specs(path: Path = DEFAULT_SPECS_FILE) -> list[ModelSpec]:
 def models_from_specs(models_file: Path | None) -> tuple[str, ...]:
     """The model names the specs declare (what the agent knows before any traffic)."""
     return tuple(dict.fromkeys(s.name for s in load_specs(models_file or DEFAULT_SPECS_FILE)))
+
+
+def capacities_from_specs(models_file: Path | None) -> tuple[Capacity, ...]:
+    """Each model's limits as its spec states them (the largest over its versions)."""
+    out: dict[str, Capacity] = {}
+    for spec in load_specs(models_file or DEFAULT_SPECS_FILE):
+        seen = out.get(spec.name)
+        memory = max(filter(None, (spec.resources.memory_mb,
+                                   seen.memory_mb if seen else None)), default=None)
+        queue = max(filter(None, (spec.qos.max_queue, seen.max_queue if seen else None)),
+                    default=None)
+        out[spec.name] = Capacity(spec.name, memory, queue)
+    return tuple(out.values())
 
 
 def objectives_from_specs(models_file: Path | None) -> tuple[Objective, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import tempfile
 import time
 from collections import defaultdict
@@ -28,6 +29,8 @@ from agents.evals.cases import CASES_DIR, Case, load_case, load_telemetry
 from agents.questions.changes import EDGE, LOOKBACK
 from agents.questions.latency import DEFAULT_PERCENTILES
 from agents.questions.logs import BASELINE_S, ERROR, WARN
+from agents.questions.saturation import MEMORY_QUESTION
+from agents.questions.saturation import SHOWN as MEMORY_SHOWN
 from agents.questions.spans import column
 from agents.tools import Toolbox
 from aiops.analytics.logs import mine
@@ -284,7 +287,8 @@ def _check_saturation(w: _World, a: Answer, why: list[str]) -> bool:
     i = a.intent
     text = a.report.lines if a.report else []
     gauges = any(m["name"] == "aiops.serve.replicas" for m in w.metrics)
-    if not gauges:
+    memory_only = MEMORY_QUESTION.search(a.question) is not None  # answered with memory alone
+    if not gauges and not memory_only:
         replicas: dict[str, set[str]] = defaultdict(set)
         for s in w.own(i.model):
             if _replica(s):
@@ -294,18 +298,28 @@ def _check_saturation(w: _World, a: Answer, why: list[str]) -> bool:
             if line not in text:
                 why.append(f"missing or wrong: {line!r}")
                 return False
-    rss: dict[str, float] = {}
+    # Replica processes' RSS by deployment: the largest process's latest, the range.
+    rss: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for p in w.metrics:
         comp = _attr(p, "Component") or ""
+        dep = re.search(r"ServeReplica:[^:]+:(.+)$", comp)
+        pid = _attr(p, "pid")
         if p["name"] == "ray_component_rss_mb" and comp.startswith("ray::ServeReplica:") \
-                and w.in_window(p["time"]) and (i.model is None or f":{i.model}-" in comp):
-            pid = str(_attr(p, "pid"))
-            rss[pid] = max(rss.get(pid, 0.0), p["value"])
-    for pid, mb in rss.items():
-        if not any(f"pid {pid} memory (RSS)" in line and f"-{mb:.0f} MB in the window" in line
-                   for line in text):
-            why.append(f"replica pid {pid}: highest RSS {mb:.0f} MB not stated")
-            return False
+                and dep and pid not in (None, "") and w.in_window(p["time"]) \
+                and (i.model is None or f":{i.model}-" in comp):
+            rss[dep.group(1)][str(pid)].append((p["time"], p["value"]))
+    if len(rss) <= MEMORY_SHOWN:
+        for dep_name, pids in rss.items():
+            largest = max(max(series)[1] for series in pids.values())
+            low = min(v for series in pids.values() for _, v in series)
+            high = max(v for series in pids.values() for _, v in series)
+            head = (f"- {dep_name} memory (RSS, largest of {len(pids)} replica process(es)): "
+                    f"{largest:.0f} MB now")
+            if not any(line.startswith(head) and f"{low:.0f}-{high:.0f} MB in the window"
+                       in line for line in text):
+                why.append(f"{dep_name}: RSS {largest:.0f} MB now, {low:.0f}-{high:.0f} MB "
+                           "not stated")
+                return False
     gaps = a.report.gaps if a.report else []
     if not rss and not any("no replica memory" in g for g in gaps):
         why.append("no RSS in the window, and the answer does not say so")

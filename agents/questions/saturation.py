@@ -4,11 +4,12 @@ asked for, its hit rate), replicas, replica memory (RSS) and CPU run-queue delay
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from agents.questions.model import Ask
 from agents.questions.spans import REPLICA, where
 
-__all__ = ["saturation"]
+__all__ = ["MEMORY_QUESTION", "SHOWN", "saturation"]
 
 METRIC_MODEL = ("coalesce(attributes->>'gen_ai.request.model', attributes->>'model_name', "
                 "CASE WHEN service_name NOT IN ('ingress', 'aiops-ebpf', 'ray') "
@@ -23,16 +24,25 @@ GAUGES = [
     ("aiops.serve.replicas", "replicas", "{:g}"),
 ]
 _GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])|显存|vram", re.I)
+MEMORY_QUESTION = re.compile(r"memory|(?<![a-z])(?:ram|rss|oom)(?![a-z])|内存", re.I)
 _HIT_RATE = re.compile(r"hit[- ]?(?:rate|ratio)|cache hits?|命中", re.I)
 # Prefix-cache counters (cumulative): the Serve-hosted vLLM's (serve/backends/vllm_engine.py)
 # and a scraped vLLM server's own. llama.cpp exports none.
 HITS = ("vllm.prefix_cache.hits", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
+SHOWN = 5  # deployments listed in a memory answer, the fullest first
 QUERIES = ("vllm.prefix_cache.queries", "vllm:prefix_cache_queries_total",
            "vllm:prefix_cache_queries")
 
 
 def saturation(ask: Ask) -> None:
     i = ask.intent
+    if MEMORY_QUESTION.search(ask.question):
+        # Asked about memory: memory is the answer; the other figures are a question away.
+        ask.say(f"Replica memory over {ask.window}, the fullest first:")
+        ask.report.rows = _memory(ask)
+        ask.say("(Queue depth, KV cache and CPU run-queue delay: ask for the model's "
+                "saturation.)")
+        return
     names = [g[0] for g in GAUGES]
     clause, params = where("time", ask.since, ask.until, (METRIC_MODEL, i.model))
     # Per series (model, version, labels): its latest value and its highest; then summed over
@@ -120,30 +130,60 @@ def _replicas_from_spans(ask: Ask) -> None:
         ask.say(f"- {r['model']}: {r['replicas']} replica(s) answered requests in the window")
 
 
-def _memory(ask: Ask) -> None:
+def _memory(ask: Ask) -> list[dict[str, Any]]:
+    """Replica memory per deployment (model-version), against its spec's reservation: the
+    fullest first, a few of them, the rest counted (an answer, not every process's row)."""
     i = ask.intent
     clause, params = where("time", ask.since, ask.until)
     model = ""
     if i.model is not None:
         model = "AND attributes->>'Component' LIKE '%:' || ? || '-%'"
         params.append(i.model)
-    # Ray's own per-process RSS: the component names the replica's deployment (model-version).
+    # Ray's own per-process RSS: the component names the replica's deployment (model-version);
+    # a series without a pid, or a component that names no deployment, is not a replica.
     sql = f"""
-        SELECT regexp_extract(attributes->>'Component', 'ServeReplica:[^:]+:(.+)$', 1)
-                   AS deployment,
-               attributes->>'pid' AS pid, arg_max(value, time) AS latest_mb,
-               max(value) AS highest_mb, min(value) AS lowest_mb
-        FROM metric_points
-        {clause}
-          AND name = 'ray_component_rss_mb' AND attributes->>'Component' LIKE 'ray::ServeReplica:%'
-          {model}
-        GROUP BY ALL ORDER BY deployment, pid"""
+        WITH proc AS (
+            SELECT regexp_extract(attributes->>'Component', 'ServeReplica:[^:]+:(.+)$', 1)
+                       AS deployment,
+                   attributes->>'pid' AS pid, arg_max(value, time) AS latest_mb,
+                   max(value) AS highest_mb, min(value) AS lowest_mb
+            FROM metric_points
+            {clause}
+              AND name = 'ray_component_rss_mb'
+              AND attributes->>'Component' LIKE 'ray::ServeReplica:%'
+              AND coalesce(attributes->>'pid', '') <> ''
+              {model}
+            GROUP BY ALL)
+        SELECT deployment, count(*) AS processes, max(latest_mb) AS largest_mb,
+               min(lowest_mb) AS lowest_mb, max(highest_mb) AS highest_mb
+        FROM proc WHERE deployment <> ''
+        GROUP BY ALL ORDER BY largest_mb DESC"""
     rows = ask.rows(sql, params)
     if not rows:
         ask.gap("no replica memory (Ray's ray_component_rss_mb) in the window")
+        return rows
     for r in rows:
-        ask.say(f"- {r['deployment']} pid {r['pid']} memory (RSS): {r['latest_mb']:.0f} MB "
-                f"now, {r['lowest_mb']:.0f}-{r['highest_mb']:.0f} MB in the window")
+        cap = _capacity(ask, r["deployment"])
+        r["memory_mb"] = cap
+        r["share"] = round(r["largest_mb"] / cap, 3) if cap else None
+    rows.sort(key=lambda r: (r["share"] is None, -(r["share"] or 0), -r["largest_mb"]))
+    for r in rows[:SHOWN]:
+        limit = (f" of its {r['memory_mb']} MB reservation ({r['share']:.0%})"
+                 if r["memory_mb"] else " (no memory reservation in its spec)")
+        ask.say(f"- {r['deployment']} memory (RSS, largest of {r['processes']} replica "
+                f"process(es)): {r['largest_mb']:.0f} MB now{limit}; "
+                f"{r['lowest_mb']:.0f}-{r['highest_mb']:.0f} MB in the window")
+    if len(rows) > SHOWN:
+        ask.say(f"- ... {len(rows) - SHOWN} more deployment(s), less full")
+    ask.report.totals["memory_deployments"] = len(rows)
+    return rows
+
+
+def _capacity(ask: Ask, deployment: str) -> int | None:
+    """The memory reservation of the model a deployment (``<model>-<version>``) serves."""
+    fits = [c for name, c in ask.box.capacities.items() if deployment.startswith(f"{name}-")]
+    best = max(fits, key=lambda c: len(c.model), default=None)
+    return best.memory_mb if best is not None else None
 
 
 def _run_queue(ask: Ask) -> None:

@@ -64,7 +64,7 @@ from collectors.otlp.receiver import ReceiverMetrics, make_router
 from collectors.otlp.writer import BatchWriter, MemoryBudget
 from collectors.prometheus import Scraper, Target, parse_targets
 from collectors.remote_write import make_router as remote_write_router
-from serve.specs import models_from_specs, objectives_from_specs
+from serve.specs import capacities_from_specs, models_from_specs, objectives_from_specs
 
 __all__ = ["create_app"]
 
@@ -155,7 +155,8 @@ def create_app(settings: Settings, store: Store,
         AgentSettings.of(settings), store, remediator.propose, remediator.decide_pending,
         objectives=analyzer.config.objectives if analyzer is not None else (),
         models=models_from_specs(settings.models_file) if settings.analytics else (),
-        memory=memory, slack=SlackSettings.of(settings))
+        memory=memory, slack=SlackSettings.of(settings),
+        capacities=capacities_from_specs(settings.models_file) if settings.analytics else ())
 
     refused = Counter("aiops_gate_refused", "Requests refused before their body was read, "
                       "by reason (host, auth, size, slow)", ["reason"], registry=registry)

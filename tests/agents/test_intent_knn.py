@@ -37,17 +37,30 @@ def test_the_rules_read_the_slots_and_the_examples_only_the_topic() -> None:
     assert plain is not None and plain.kind is IntentKind.INVESTIGATE
 
 
-def test_a_keyword_or_a_why_decides_before_the_examples_are_asked() -> None:
+def test_a_why_an_id_or_an_imperative_decides_before_the_examples_are_asked() -> None:
     asked: list[str] = []
 
     def reader(question: str, models: list[str]) -> Guess:
         asked.append(question)
         return read_by_examples(question, models)
 
-    for question in ("p99 of echo", "why did echo get slow?", "approve act-0123456789ab",
-                     "rollback echo"):
+    for question in ("why did echo get slow?", "approve act-0123456789ab", "rollback echo",
+                     "describe inc-0123456789ab"):
         parse_rules(question, MODELS, reader)
     assert asked == []
+    # A keyword's topic stands unless the examples are sure by a wide margin.
+    intent = parse_rules("p99 of echo", MODELS, reader)
+    assert intent is not None and (intent.kind, intent.source) == (IntentKind.LATENCY, "rules")
+
+
+def test_the_examples_overrule_a_keyword_only_when_sure_by_a_wide_margin() -> None:
+    """"哪个请求最慢" (which request is slowest): 慢 is a latency word, the question asks for
+    the slowest trace (a failure of the keyword rules reported in P23)."""
+    intent = parse_rules("哪个请求最慢", MODELS, read_by_examples)
+    assert intent is not None
+    assert (intent.kind, intent.order, intent.source) == (IntentKind.TRACES, "slowest",
+                                                          "examples")
+    assert read_by_examples("哪个请求最慢", MODELS).overrides
 
 
 def test_an_unsure_reading_changes_nothing() -> None:

@@ -263,3 +263,39 @@ def test_a_kv_cache_hit_rate_nobody_measures_is_said_to_be_unmeasured(store: Sto
     assert any(g.startswith("KV-cache hit rate: not measured for echo") for g in a.report.gaps)
     assert any("KV-cache / context use: 40%" in x for x in a.report.lines)  # the use, as use
     assert not any("hit rate:" in x for x in a.report.lines)
+
+
+# -- memory, against what the spec reserves ------------------------------------------------------
+
+
+def _rss(t: int, component: str, pid: str, mb: float) -> dict[str, Any]:
+    return {"time": t, "name": "ray_component_rss_mb", "type": "gauge", "value": mb,
+            "attributes": {"Component": component, "pid": pid}}
+
+
+def test_a_memory_question_gets_memory_per_deployment_against_its_reservation(
+        store: Store) -> None:
+    """One line per deployment (the largest replica process), relative to the spec's
+    memory_mb, the fullest first; series without a pid are not processes; the queue, KV and
+    CPU figures are left for a saturation question."""
+    from aiops.capacity import Capacity
+
+    _requests(store, T0 - 300 * NS, 10, 1000, 40)
+    points = []
+    for k in range(10):
+        t = T0 - (300 - 30 * k) * NS
+        points += [_rss(t, "ray::ServeReplica:aiops:echo-v1", "101", 200.0 + k),
+                   _rss(t, "ray::ServeReplica:aiops:echo-v1", "102", 150.0),
+                   _rss(t, "ray::ServeReplica:aiops:echo-v2", "201", 480.0),
+                   _rss(t, "ray::ServeReplica:aiops:echo-v2", "", 999.0)]  # no pid
+    add_points(store, points)
+    a = _ask(store, "how much memory is echo using?",
+             capacities=[Capacity("echo", memory_mb=512)])
+    assert a.intent.kind == "saturation" and a.report is not None
+    lines = [x for x in a.report.lines if x.startswith("- echo-")]
+    assert lines == [
+        "- echo-v2 memory (RSS, largest of 1 replica process(es)): 480 MB now of its 512 MB "
+        "reservation (94%); 480-480 MB in the window",
+        "- echo-v1 memory (RSS, largest of 2 replica process(es)): 209 MB now of its 512 MB "
+        "reservation (41%); 150-209 MB in the window"]
+    assert not any("queue depth" in x for x in a.report.lines if x.startswith("- "))

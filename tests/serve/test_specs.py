@@ -89,3 +89,17 @@ def test_a_missing_artifact_is_reported_when_resolved(tmp_path: Path) -> None:
     (spec,) = load_specs(write(tmp_path, [minimal(artifact={"path": str(tmp_path / "x")})]))
     with pytest.raises(SpecError, match="does not exist"):
         spec.artifact_path()
+
+
+def test_each_models_limits_are_what_its_specs_reserve(tmp_path: Path) -> None:
+    """The agent measures use against these: a model's memory reservation and queue bound,
+    the largest over its versions."""
+    from serve.specs import capacities_from_specs
+
+    path = write(tmp_path, [minimal(traffic=100, resources={"memory_mb": 256}),
+                            minimal(version="v2", traffic=0, resources={"memory_mb": 384},
+                                    qos={"max_queue": 32}),
+                            minimal(name="n")])
+    by_model = {c.model: c for c in capacities_from_specs(path)}
+    assert (by_model["m"].memory_mb, by_model["m"].max_queue) == (384, 32)
+    assert by_model["n"].memory_mb is None
