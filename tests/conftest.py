@@ -98,3 +98,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
                        scrape_interval_s=2, ebpf_interval_s=1,
                        agent_llm_model="smollm2-135m-instruct") as s:
         yield s
+
+
+# The dataset evaluations (tests/*/evals) are offline work: CPU on datasets, no servers, no
+# timing. Marked `offline` here, which `make test` runs at idle priority beside the stack lane.
+EVAL_DIRS = (Path(__file__).parent / "aiops" / "evals", Path(__file__).parent / "agents" / "evals")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(d in item.path.parents for d in EVAL_DIRS):
+            item.add_marker(pytest.mark.offline)
