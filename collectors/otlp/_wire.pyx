@@ -388,6 +388,9 @@ cdef int _pick(Reader r, Picked* out) except -1:
         elif field == 3 and wire == 0:
             out.kind = V_INT
             out.i = <int64_t>_varint(&r)
+        elif field == 8 and wire == 0:  # string_value_strindex: null (see _any_value)
+            out.kind = V_NONE
+            _varint(&r)
         elif (field == 2 and wire == 0) or (field == 4 and wire == 1) \
                 or (5 <= field <= 7 and wire == 2):
             out.kind = V_OTHER
@@ -615,7 +618,7 @@ cdef int _any_value(Reader r, _Json out, int depth) except -1:
         wire = <int>(key & 7)
         if not ((field == 1 and wire == 2) or (field == 2 and wire == 0)
                 or (field == 3 and wire == 0) or (field == 4 and wire == 1)
-                or (5 <= field <= 7 and wire == 2)):
+                or (5 <= field <= 7 and wire == 2) or (field == 8 and wire == 0)):
             _skip(&r, key)
             continue
         # A oneof: if a sender repeats it, the last one wins, as in protobuf, except a
@@ -639,6 +642,13 @@ cdef int _any_value(Reader r, _Json out, int depth) except -1:
             bits = _fixed64(&r)
             memcpy(&d, &bits, 8)
             out.double(d)
+        elif field == 8:
+            # string_value_strindex: an index into a profiles dictionary, which no trace or
+            # log request carries; a member of the oneof all the same (it replaces what came
+            # before it), written as null, as decode.any_value gives it (found by
+            # fuzz/fuzz_decode.py: this decoder skipped it and kept the earlier value).
+            _varint(&r)
+            out.write(b"null", 4)
         elif field == 5:  # ArrayValue { repeated AnyValue values = 1 }
             s = _sub(&r)
             out.put(91)
@@ -1272,14 +1282,15 @@ cdef object _body(Reader r, _Json buf):
             last_field = field
             structured = True
             _pass(&probe, key, 0)
-        elif ((field == 2 or field == 3) and (key & 7) == 0) or (field == 4 and (key & 7) == 1):
+        elif ((field == 2 or field == 3 or field == 8) and (key & 7) == 0) \
+                or (field == 4 and (key & 7) == 1):
             last_field = field
             _pass(&probe, key, 0)
         else:
             _skip(&probe, key)
     if structured and last_field != 5 and last_field != 6 and r.skipped != NULL:
         r.skipped[0] += 1  # an array or map a later value replaced: never parsed here
-    if last_field == 0:
+    if last_field == 0 or last_field == 8:  # 8: string_value_strindex, null (_any_value)
         return None
     if last_field == 1:
         return PyUnicode_DecodeUTF8(<const char*>(r.p + last_string.pos),

@@ -31,7 +31,7 @@ try:  # the compiled decoder (setup.py builds it); without it, the Python path b
 except ImportError:  # pragma: no cover - exercised where no C compiler was available
     _wire = None
 from aiops.schema import LOGS, METRIC_POINTS, SPANS, Table
-from collectors.otlp.derive import DERIVED_SCHEMA, SpanDerivation, with_derived
+from collectors.otlp.derive import DERIVED_SCHEMA, STRINDEX, SpanDerivation, with_derived
 
 __all__ = ["MAX_TIME_NS", "SIGNALS", "Decoded", "Signal", "decode"]
 
@@ -52,7 +52,7 @@ _ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId", "trace_id", "span_id"
 def any_value(v: AnyValue) -> Any:
     """An OTLP AnyValue as a JSON-compatible Python value (bytes become base64)."""
     which = v.WhichOneof("value")
-    if which is None:
+    if which is None or which == STRINDEX:
         return None
     if which == "array_value":
         return [any_value(x) for x in v.array_value.values]

@@ -39,6 +39,11 @@ _INT32_MAX = 2**31 - 1
 _STATUS_NAMES = ("unset", "ok", "error")
 
 
+# AnyValue's string_value_strindex points into a profiles dictionary, which no trace or log
+# request carries: its value is null, as an absent one (decode.any_value, and _wire.pyx).
+STRINDEX = "string_value_strindex"
+
+
 class _Undecided(Exception):
     """The SQL's answer for this row is not certain here: the store derives the request."""
 
@@ -48,7 +53,7 @@ def _text(v: Any) -> str | None:
     if v is None:
         return None
     which = v.WhichOneof("value")
-    if which is None:
+    if which is None or which == STRINDEX:
         return None  # JSON null
     if which == "string_value":
         return str(v.string_value)
@@ -60,7 +65,7 @@ def _status(v: Any) -> int | None:
     if v is None:
         return None
     which = v.WhichOneof("value")
-    if which is None:
+    if which is None or which == STRINDEX:
         return None
     if which == "int_value":
         i = int(v.int_value)

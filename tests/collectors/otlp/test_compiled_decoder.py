@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from google.protobuf.internal.encoder import _VarintBytes
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -268,3 +269,30 @@ def test_sdk_exports_with_schema_urls_are_not_parsed_twice(monkeypatch: pytest.M
         KeyValue(key="a", value=AnyValue(int_value=1)))
     decode("traces", scoped.SerializeToString(), "protobuf")
     assert checked == ["traces"]
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_a_profiles_string_index_is_null_and_replaces_what_came_before(compiled: bool) -> None:
+    """AnyValue's ``string_value_strindex`` points into a profiles dictionary that no trace
+    carries: a member of the value's oneof all the same (found by fuzzing: the compiled
+    decoder skipped it and kept the double before it), so the value reads as null, and the
+    derived columns read it as SQL's ``->>`` reads a JSON null."""
+    def field(number: int, payload: bytes) -> bytes:  # a length-delimited field, by hand
+        return bytes([number << 3 | 2]) + _VarintBytes(len(payload)) + payload
+
+    # Serialized by hand: protobuf's own message would keep only the oneof's last member.
+    replaced = AnyValue(double_value=1.5).SerializeToString() + \
+        AnyValue(string_value_strindex=7).SerializeToString()
+    span = Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="op", kind=2,
+                start_time_unix_nano=10**18, end_time_unix_nano=10**18 + 5,
+                attributes=[KeyValue(key="gen_ai.request.model",
+                                     value=AnyValue(string_value_strindex=3))])
+    span_bytes = span.SerializeToString() + field(9, KeyValue(key="x").SerializeToString()
+                                                  + field(2, replaced))
+    resource = Resource(attributes=[KeyValue(key="service.name",
+                                             value=AnyValue(string_value="chat"))])
+    body = field(1, field(1, resource.SerializeToString()) + field(2, field(2, span_bytes)))
+    spans = decode("traces", body, "protobuf", compiled=compiled)["spans"]
+    [row] = spans.select(["attributes", "model"]).to_pylist()
+    assert json.loads(row["attributes"]) == {"gen_ai.request.model": None, "x": None}
+    assert row["model"] is None
