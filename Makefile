@@ -173,10 +173,11 @@ clean:
 
 # Sanitizer build and coverage-guided differential fuzzing of the native OTLP decoder
 # (fuzz/): clang (Debian's, installed as root), atheris and Cython; findings land in
-# build/fuzz/findings. `make fuzz FUZZ_SECONDS=3600` for a longer run. `make fuzz-smoke` is
+# build/fuzz/findings. `make fuzz FUZZ_SECONDS=3600 FUZZ_JOBS=2` for a longer run. `make fuzz-smoke` is
 # the test run's: FUZZ_SMOKE_RUNS executions (about a minute on a free core), a fixed amount of
 # work rather than of time, so that it can run at idle priority.
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
 FUZZ_SMOKE_RUNS ?= 120000
 FUZZ_STAMP := build/fuzz/.built
 fuzz-build: $(FUZZ_STAMP)
@@ -196,8 +197,20 @@ FUZZ_RUN = mkdir -p build/fuzz/findings && cd build/fuzz/findings && \
 	ASAN_OPTIONS=detect_leaks=0 $(CURDIR)/$(BIN)/python $(CURDIR)/fuzz/fuzz_decode.py \
 	$(CURDIR)/build/fuzz/corpus -rss_limit_mb=4096
 
+# FUZZ_JOBS=2: that many processes (one per core), each for FUZZ_SECONDS, sharing the corpus;
+# each one's output in build/fuzz/findings/fuzz-N.log. (libFuzzer's own -jobs re-runs argv[0],
+# the harness script, which is not an executable.)
 fuzz: fuzz-build
+ifeq ($(FUZZ_JOBS),1)
 	$(FUZZ_RUN) -max_total_time=$(FUZZ_SECONDS)
+else
+	@mkdir -p build/fuzz/findings; pids=; \
+	for i in $$(seq 1 $(FUZZ_JOBS)); do \
+		( $(FUZZ_RUN) -max_total_time=$(FUZZ_SECONDS) ) > build/fuzz/findings/fuzz-$$i.log 2>&1 & pids="$$pids $$!"; \
+	done; rc=0; for p in $$pids; do wait $$p || rc=1; done; \
+	for i in $$(seq 1 $(FUZZ_JOBS)); do echo "== fuzz-$$i:"; \
+		grep -E "^Done|ERROR|Mismatch|crash-" build/fuzz/findings/fuzz-$$i.log; done; exit $$rc
+endif
 
 fuzz-smoke: fuzz-build
 	$(FUZZ_RUN) -runs=$(FUZZ_SMOKE_RUNS) -max_total_time=1200

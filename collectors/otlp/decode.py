@@ -425,6 +425,10 @@ def _decode_compiled(signal: str, body: bytes) -> Decoded | None:
     except RecursionError as exc:
         raise DecodeError(f"OTLP {signal} request nests values too deeply") from exc
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        # A value the columns cannot hold (a list as service.name) stops this decoder where
+        # protobuf reads on: a body that is also malformed further on is refused as such, as
+        # the Python path refuses it (found by fuzz/fuzz_decode.py).
+        _protobuf_check(signal, body)
         raise DecodeError(f"OTLP {signal} request has out-of-range values: {exc}") from exc
     # The derived columns come only where every span's were certain (collectors/otlp/derive).
     schema = DERIVED_SCHEMA if DERIVED_SCHEMA.names[-1] in arrays else t.arrow_schema
@@ -432,6 +436,7 @@ def _decode_compiled(signal: str, body: bytes) -> Decoded | None:
         table = pa.Table.from_arrays([arrays[n] for n in schema.names], schema=schema)
         table.validate()
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        _protobuf_check(signal, body)  # as above
         raise DecodeError(f"OTLP {signal} request has out-of-range values: {exc}") from exc
     if rejected or skipped:
         # The compiled decoder stops reading a record at its first fault, and skips the
