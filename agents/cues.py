@@ -25,8 +25,8 @@ def _cue(english: str, chinese: str = "") -> re.Pattern[str]:
 
 
 # Asking why or what happened: an investigation, even when it names a metric ("why did p99
-# jump?"), not a figure.
-CAUSE = _cue(r"why|happen\w*|wrong|root cause|explain\w*|broke\w*|broken|caus\w+|going on|"
+# jump?"), not a figure. "Broken down by replica" asks for a breakdown, not a cause.
+CAUSE = _cue(r"why|happen\w*|wrong|root cause|explain\w*|broke\w*(?!\s+down)|caus\w+|going on|"
              r"problems?|issues?|failing",
              r"为什么|为何|怎么了|怎么回事|发生了什么|原因|出了什么问题|出什么问题|故障")
 
@@ -39,14 +39,15 @@ TELEMETRY: list[tuple[str, re.Pattern[str]]] = [
     ("throughput", _cue(r"tokens?|throughput|tokens?/s|tok/s",
                         r"吞吐|令牌|词元")),
     ("traces", _cue(r"traces?|slowest (?:requests?|calls?)|failed requests?|"
-                    r"failing requests?|spans?|(?:requests?|calls?)(?: \S+){0,5} failed",
-                    r"链路|追踪|调用链|最慢的请求|失败的请求")),
+                    r"failing requests?|spans?|(?:requests?|calls?)(?: \S+){0,5} failed|"
+                    r"longest (?:requests?|calls?)",
+                    r"链路|追踪|调用链|最慢的请求|失败的请求|最长的请求|最久的请求|耗时最长")),
     ("logs", _cue(r"logs?|log lines?|error messages?|exceptions?|stack ?traces?|"
                   r"templates?|log patterns?",
                   r"日志|报错信息|错误信息|异常信息|模板")),
     ("changes", _cue(r"what changed|changes?|changed|deploy\w*|rolled out|rollouts?|"
                      r"canar(?:y|ies)|config\w*|releases?|released",
-                     r"变更|改动|发布|部署|上线|灰度|金丝雀|配置|改了什么|变化")),
+                     r"变更|改动|变动|发布|发版|部署|上线|灰度|金丝雀|配置|改了什么|变化")),
     ("saturation", _cue(r"saturat\w*|queues?|queued|queue depth|kv[- ]?cache|replicas?|cpu|"
                         r"memory|rss|utili[sz]\w*|capacity|headroom|gpu|busy|overloaded",
                         r"饱和|队列|排队|缓存|副本|内存|负载|容量|显存|繁忙")),
@@ -56,8 +57,10 @@ TELEMETRY: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 VERSION = re.compile(rf"{_L}(v\d+(?:\.\d+)*){_R}", re.I)
-FAILED = _cue(r"fail\w*|errors?|erroring|5\d\d|broken", r"失败|报错|错误|出错")
-NEW = _cue(r"new|never seen|first seen|unseen|novel", r"新的|新出现|新增|首次出现|没见过|新模板")
+# "5xx": the HTTP class the one meaning of failed counts (aiops.semconv), as 500 or 503 do.
+FAILED = _cue(r"fail\w*|errors?|erroring|5\d\d|5xx|broken", r"失败|报错|错误|出错")
+NEW = _cue(r"new|(?:never|not|haven't|hasn't|have not|has not)(?: been)? seen|first seen|unseen|"
+           r"novel", r"新的|新出现|新增|首次出现|没见过|新模板")
 BY_VERSION = _cue(r"(?:per|by|each|every|for each|across|all) versions?|versions?",
                   r"按版本|各版本|每个版本|分版本|各个版本|版本")
 BY_REPLICA = _cue(r"(?:per|by|each|every|for each|across) replicas?",

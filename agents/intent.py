@@ -29,6 +29,7 @@ from agents.cues import (
     window_minutes,
     zh_action,
 )
+from agents.spelling import default_speller
 
 if TYPE_CHECKING:
     from agents.intent_knn import Guess
@@ -152,6 +153,7 @@ def parse_rules(question: str, models: list[str], reader: Reader | None = None
     question whose topic no keyword names (and that asks no "why") takes the topic of the
     nearest labelled examples when they are sure of it, and a keyword's topic gives way to
     theirs when they are sure by a wide margin (``Guess.overrides``)."""
+    question = default_speller().fix(question, models)  # "latnecy" is latency
     model = match_model(question, models)
     incident = _INCIDENT_ID.search(question)
     bare = question  # "minilm-l6-v2" names a model, not version v2
@@ -182,16 +184,28 @@ def parse_rules(question: str, models: list[str], reader: Reader | None = None
     if _LIST.search(question) and model is None:
         return Intent(kind=IntentKind.LIST_INCIDENTS, **common)
     if not CAUSE.search(question):
-        telemetry = telemetry_intent(question, common, versions)
+        telemetry = telemetry_intent(question, common, _compared(bare, versions))
         guess = reader(question, models) if reader is not None else None
         if guess is not None and guess.sure and (telemetry is None or (
                 guess.overrides and guess.kind != telemetry.kind)):
-            return _from_guess(guess, question, common, versions)
+            return _from_guess(guess, question, common, _compared(bare, versions))
         if telemetry is not None:
             return telemetry
     if _INVESTIGATE.search(question) or CAUSE.search(question) or model is not None:
         return Intent(kind=IntentKind.INVESTIGATE, **common)
     return None
+
+
+def _compared(bare: str, versions: list[str]) -> list[str]:
+    """The versions with those named after "compare" first ("rolled out v2, compare v1 and
+    v2" compares v1 with v2), as the comparison names them."""
+    cue = dict(TELEMETRY)["compare"].search(bare)
+    if cue is None:
+        return versions
+    after = list(dict.fromkeys(v.lower() for v in VERSION.findall(bare[cue.end():])))
+    if len(after) < 2:
+        return versions
+    return after + [v for v in versions if v not in after]
 
 
 def _from_guess(guess: Guess, question: str, common: dict[str, Any], versions: list[str]
