@@ -28,7 +28,8 @@ def _cue(english: str, chinese: str = "") -> re.Pattern[str]:
 # jump?"), not a figure. "Broken down by replica" asks for a breakdown, not a cause.
 CAUSE = _cue(r"why|happen\w*|wrong|root cause|explain\w*|broke\w*(?!\s+down)|caus\w+|going on|"
              r"problems?|issues?|failing",
-             r"为什么|为何|怎么了|怎么回事|发生了什么|原因|出了什么问题|出什么问题|故障")
+             r"为什么|为何|为啥|怎么了|怎么回事|咋回事|咋了|发生了什么|原因|出了什么问题|出什么问题|"
+             r"故障")
 
 # Telemetry questions, most specific first: the first that matches decides.
 TELEMETRY: list[tuple[str, re.Pattern[str]]] = [
@@ -36,12 +37,13 @@ TELEMETRY: list[tuple[str, re.Pattern[str]]] = [
                      r"对比|比较|相比|区别|差异")),
     ("slo", _cue(r"slos?|error budgets?|budgets?|objectives?|burn rate",
                  r"错误预算|预算|服务等级|服务水平")),
-    ("throughput", _cue(r"tokens?|throughput|tokens?/s|tok/s",
-                        r"吞吐|令牌|词元")),
-    ("traces", _cue(r"traces?|slowest (?:requests?|calls?)|failed requests?|"
-                    r"failing requests?|spans?|(?:requests?|calls?)(?: \S+){0,5} failed|"
-                    r"longest (?:requests?|calls?)",
-                    r"链路|追踪|调用链|最慢的请求|失败的请求|最长的请求|最久的请求|耗时最长")),
+    ("throughput", _cue(r"tokens?|throughput|tokens?/s|tok/s|qps|rps|req/s|request rate|"
+                        r"requests? (?:per|a|/) ?(?:second|sec|s)",
+                        r"吞吐|令牌|词元|每秒请求|请求量|请求速率|请求率")),
+    ("traces", _cue(r"traces?|(?:slowest|longest|failed|failing|erroring|errored) "
+                    r"(?:requests?|calls?)|spans?|(?:requests?|calls?)(?: \S+){0,5} failed",
+                    r"链路|追踪|调用链|耗时最长|(?:最慢|最长|最久|失败|报错|出错|slowest|failed)"
+                    r"\s*的?(?:那些|这些|几个)?请求")),
     ("logs", _cue(r"logs?|log lines?|error messages?|exceptions?|stack ?traces?|"
                   r"templates?|log patterns?",
                   r"日志|报错信息|错误信息|异常信息|模板")),
@@ -59,12 +61,13 @@ TELEMETRY: list[tuple[str, re.Pattern[str]]] = [
 VERSION = re.compile(rf"{_L}(v\d+(?:\.\d+)*){_R}", re.I)
 # "5xx": the HTTP class the one meaning of failed counts (aiops.semconv), as 500 or 503 do.
 FAILED = _cue(r"fail\w*|errors?|erroring|5\d\d|5xx|broken", r"失败|报错|错误|出错")
-NEW = _cue(r"new|(?:never|not|haven't|hasn't|have not|has not)(?: been)? seen|first seen|unseen|"
-           r"novel", r"新的|新出现|新增|首次出现|没见过|新模板")
+NEW = _cue(r"new|(?:never|not|haven't|hasn't|have not|has not)(?:[\s-]been)?[\s-]seen|"
+           r"first[\s-]seen|unseen|novel", r"新的|新出现|新增|首次出现|没见过|新模板")
+# The Chinese forms take the English noun too ("各个replica").
 BY_VERSION = _cue(r"(?:per|by|each|every|for each|across|all) versions?|versions?",
-                  r"按版本|各版本|每个版本|分版本|各个版本|版本")
+                  r"(?:按|各|每个|分|各个)\s*(?:版本|versions?)|版本")
 BY_REPLICA = _cue(r"(?:per|by|each|every|for each|across) replicas?",
-                  r"按副本|各副本|每个副本|各个副本|分副本")
+                  r"(?:按|各|每个|各个|分)\s*(?:副本|replicas?)")
 
 _PERCENTILE = re.compile(
     rf"{_L}p\s?(\d{{2,3}}(?:\.\d+)?){_R}|{_L}(\d{{1,2}}(?:\.\d+)?)(?:th|st|nd|rd)?[ -]?"
@@ -94,6 +97,7 @@ _WINDOW = re.compile(
     r"(s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?|d|days?)\b", re.I)
 _ZH_WINDOW = re.compile(r"(?:过去|最近|近|前)\s*(\d+(?:\.\d+)?|[一二两三四五六七八九十半]+)?"
                         r"\s*个?\s*(秒钟?|分钟|分|小时|钟头|天|日)")
+_HALF_HOUR = re.compile(r"(?<![a-z])(?:last|past|previous)\s+half(?:\s+an)?\s+hour\b", re.I)
 _UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 24 * 60.0}
 _ZH_UNITS = {"秒": 1 / 60, "分": 1.0, "小": 60.0, "钟": 60.0, "天": 24 * 60.0, "日": 24 * 60.0}
 _ZH_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
@@ -121,7 +125,7 @@ def window_minutes(question: str) -> float | None:
         raw = z.group(1)
         n = 1.0 if not raw else float(raw) if raw[0].isdigit() else _zh_number(raw)
         return n * _ZH_UNITS[z.group(2)[0]]
-    if "半小时" in question:
+    if "半小时" in question or _HALF_HOUR.search(question):
         return 30.0
     return None
 

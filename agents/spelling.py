@@ -28,6 +28,7 @@ __all__ = ["Speller", "default_speller", "vocabulary_of"]
 MIN_LENGTH = 5  # shorter words: a slip lands on too many others
 TWO_EDITS_FROM = 7
 _WORD = re.compile(r"[A-Za-z]+")
+_OPTIONAL_LAST = re.compile(r"([A-Za-z]+)\?")
 # A word on its own: not part of an id, a model name or a number ("act-9f2c", "smollm2").
 _LONE_WORD = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z]+(?![A-Za-z0-9_-])")
 
@@ -35,7 +36,10 @@ _LONE_WORD = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z]+(?![A-Za-z0-9_-])")
 def vocabulary_of(texts: Iterable[str]) -> set[str]:
     """The lower-case words of four letters or more in ``texts`` (cue patterns' literal words,
     examples): what a slip may be corrected to."""
-    return {w.lower() for t in texts for w in _WORD.findall(t) if len(w) >= 4}
+    words = {w.lower() for t in texts for w in _WORD.findall(t)}
+    # A pattern's "percentiles?" knows "percentile" too.
+    words |= {m.group(1).lower()[:-1] for t in texts for m in _OPTIONAL_LAST.finditer(t)}
+    return {w for w in words if len(w) >= 4}
 
 
 @lru_cache(maxsize=1)

@@ -338,10 +338,21 @@ def _check_throughput(w: _World, a: Answer, why: list[str]) -> bool:
         key = (s["service_name"], _version(s)) if versioned else (s["service_name"],)
         sums[key] += int(out)
     rows = a.report.rows if a.report else []
-    got = {((r["model"], r["version"]) if versioned else (r["model"],)): r["output_tokens"]
-           for r in rows}
-    if got != dict(sums):
+
+    def row_key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["model"], r["version"]) if versioned else (r["model"],)
+
+    got = {row_key(r): r["output_tokens"] for r in rows if r.get("output_tokens")}
+    if got != {k: v for k, v in sums.items() if v}:
         why.append(f"output tokens {got} != {dict(sums)}")
+        return False
+    # Requests: each request's root span, as the latency check counts them.
+    requests: dict[tuple[Any, ...], int] = defaultdict(int)
+    for s in w.roots(i.model, i.version):
+        requests[(_model(s), _version(s)) if versioned else (_model(s),)] += 1
+    got_requests = {row_key(r): r["requests"] for r in rows if r["requests"]}
+    if got_requests != dict(requests):
+        why.append(f"requests {got_requests} != {dict(requests)}")
         return False
     return True
 

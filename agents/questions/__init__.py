@@ -20,7 +20,7 @@ _ANSWERS: dict[IntentKind, tuple[str, Callable[[Ask], None]]] = {
     IntentKind.CHANGES: ("What changed", changes.changes),
     IntentKind.COMPARE: ("Versions compared", latency.compare),
     IntentKind.SATURATION: ("Saturation", saturation.saturation),
-    IntentKind.THROUGHPUT: ("Token throughput", latency.throughput),
+    IntentKind.THROUGHPUT: ("Throughput", latency.throughput),
     IntentKind.SLO: ("SLO and error budget", slo.slo),
 }
 

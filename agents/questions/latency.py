@@ -112,14 +112,22 @@ def compare(ask: Ask) -> None:
 
 
 def throughput(ask: Ask) -> None:
+    """Requests per second (each request's root span, as the latency answer counts them) and,
+    for generative models, tokens per second (the model's own spans)."""
     i = ask.intent
     versioned = i.by == "version" or i.version is not None
+    version_column = f", {VERSION} AS version" if versioned else ""
+    source_sql, params = roots(ask.since, ask.until, i.model, i.version)
+    requests = ask.rows(f"""
+        SELECT {MODEL} AS model{version_column}, count(*) AS requests
+        {source_sql}
+        GROUP BY ALL ORDER BY ALL""", params)
     tokens = "TRY_CAST(attributes->>'gen_ai.usage.{}_tokens' AS BIGINT)"
     clause, params = where("start_time", ask.since, ask.until, ("service_name", i.model),
                            (VERSION, i.version))
     sql = f"""
-        SELECT service_name AS model{f", {VERSION} AS version" if versioned else ""},
-               count(*) AS requests,
+        SELECT service_name AS model{version_column},
+               count(*) AS token_requests,
                coalesce(sum({tokens.format('output')}), 0) AS output_tokens,
                coalesce(sum({tokens.format('input')}), 0) AS input_tokens,
                epoch_ns(min(start_time)) // 1000000 AS first_ms,
@@ -128,26 +136,39 @@ def throughput(ask: Ask) -> None:
         {clause}
           AND service_name <> 'ingress' AND attributes->>'gen_ai.usage.output_tokens' IS NOT NULL
         GROUP BY ALL ORDER BY ALL"""
-    rows = ask.rows(sql, params)
     seconds = (ask.until - ask.since).total_seconds()
-    for r in rows:
-        r["output_tokens_per_s"] = round(r["output_tokens"] / seconds, 2)
-        r["input_tokens_per_s"] = round(r["input_tokens"] / seconds, 2)
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["model"], r["version"]) if versioned else (r["model"],)
+
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in requests:
+        rows[key(r)] = {**r, "requests_per_s": round(r["requests"] / seconds, 3)}
+    for r in ask.rows(sql, params):
+        row = rows.setdefault(key(r), {"model": r["model"], **(
+            {"version": r["version"]} if versioned else {}), "requests": 0,
+            "requests_per_s": 0.0})
         busy = max((r.pop("last_ms") - r.pop("first_ms")) / 1e3, 1e-3)
-        r["output_tokens_per_s_active"] = round(r["output_tokens"] / busy, 2)
-    ask.report.rows = rows
+        row.update(r, output_tokens_per_s=round(r["output_tokens"] / seconds, 2),
+                   input_tokens_per_s=round(r["input_tokens"] / seconds, 2),
+                   output_tokens_per_s_active=round(r["output_tokens"] / busy, 2))
+    ask.report.rows = list(rows.values())
+    named = f"for {i.model} " if i.model else ""
     if not rows:
-        ask.gap(f"no token counts (gen_ai.usage.*) {'for ' + i.model + ' ' if i.model else ''}"
-                f"in {ask.window}: only generative models report tokens")
+        ask.gap(f"no requests {named}in {ask.window}")
         return
-    ask.say(f"Token throughput over {ask.window} ({seconds:g} s):")
-    for r in rows:
-        if not r["output_tokens"]:  # an embedding model: tokens in, vectors out
-            ask.say(f"- {_name(r)}: {r['input_tokens_per_s']:g} input tokens/s "
-                    f"({r['input_tokens']} tokens in {r['requests']} requests), no output "
-                    "tokens")
-            continue
-        ask.say(f"- {_name(r)}: {r['output_tokens_per_s']:g} output tokens/s "
-                f"({r['output_tokens']} tokens in {r['requests']} requests; "
-                f"{r['output_tokens_per_s_active']:g}/s between its first and last request), "
-                f"{r['input_tokens_per_s']:g} input tokens/s")
+    ask.say(f"Throughput over {ask.window} ({seconds:g} s):")
+    for r in ask.report.rows:
+        line = f"- {_name(r)}: {r['requests_per_s']:g} requests/s ({r['requests']} requests)"
+        if r.get("output_tokens"):
+            line += (f"; {r['output_tokens_per_s']:g} output tokens/s ({r['output_tokens']} "
+                     f"tokens in {r['token_requests']} requests; "
+                     f"{r['output_tokens_per_s_active']:g}/s between its first and last), "
+                     f"{r['input_tokens_per_s']:g} input tokens/s")
+        elif r.get("input_tokens"):  # an embedding model: tokens in, vectors out
+            line += (f"; {r['input_tokens_per_s']:g} input tokens/s ({r['input_tokens']} "
+                     "tokens), no output tokens")
+        ask.say(line)
+    if not any("output_tokens" in r or "input_tokens" in r for r in ask.report.rows):
+        ask.say(f"No token counts (gen_ai.usage.*) {named}in {ask.window}: only generative "
+                "models report tokens.")

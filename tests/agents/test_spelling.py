@@ -11,7 +11,7 @@ def test_a_slip_one_edit_away_from_one_known_word_is_put_right() -> None:
     s = default_speller()
     assert s.fix("p95 latnecy of echo") == "p95 latency of echo"  # a swap is one edit
     assert s.fix("fialed requests") == "failed requests"
-    assert s.fix("Throughpt of echo") == "throughput of echo"  # a dropped letter
+    assert s.fix("p99 percentle of echo") == "p99 percentile of echo"  # a dropped letter
 
 
 def test_english_words_ids_and_model_names_are_left_as_they_are() -> None:
