@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from agents.evals.cases import CASES_DIR, load_case
 from agents.evals.questions import load_questions, run_questions, score
 from agents.intent_knn import load_examples
@@ -40,8 +42,11 @@ def test_every_question_is_answered_right_and_a_wrong_figure_is_caught() -> None
     assert checks["facts"] is False
 
 
-HELD_OUT = load_questions(Path(__file__).parents[3] / "agents" / "evals"
-                          / "questions_heldout.yaml")
+EVALS = Path(__file__).parents[3] / "agents" / "evals"
+HELD_OUT = load_questions(EVALS / "questions_heldout.yaml")
+# The held-out sets whose misses have since been read and fixed (dev sets now); the fourth
+# (questions_heldout4.yaml) is measured, not tested: docs/benchmarks.md has its first run.
+DEV_SETS = ["questions_heldout.yaml", "questions_heldout2.yaml", "questions_heldout3.yaml"]
 
 
 def test_the_held_out_questions_were_never_made_examples() -> None:
@@ -56,10 +61,11 @@ def test_the_held_out_questions_were_never_made_examples() -> None:
                        for e in examples), q.question
 
 
-def test_the_held_out_questions_are_mostly_answered_right() -> None:
-    """48 questions written without reading the rules (docs/benchmarks.md has the first run,
-    42/48, before any change): at least 90% in English and in Chinese."""
-    results = run_questions(HELD_OUT)
+@pytest.mark.parametrize("name", DEV_SETS)
+def test_the_held_out_questions_are_mostly_answered_right(name: str) -> None:
+    """Questions written without reading the rules (docs/benchmarks.md has each set's first
+    run before any change: 42/48, 41/50, 43/50): at least 90% in English and in Chinese."""
+    results = run_questions(load_questions(EVALS / name))
     by_language: dict[str, list[bool]] = {}
     for r in results:
         chinese = re.search(r"[\u4e00-\u9fff]", r.question) is not None
