@@ -299,3 +299,15 @@ def test_a_memory_question_gets_memory_per_deployment_against_its_reservation(
         "- echo-v1 memory (RSS, largest of 2 replica process(es)): 209 MB now of its 512 MB "
         "reservation (41%); 150-209 MB in the window"]
     assert not any("queue depth" in x for x in a.report.lines if x.startswith("- "))
+
+
+def test_requests_per_second_for_a_model_that_counts_no_tokens(store: Store) -> None:
+    """"QPS of the OCR model": each request's root span per second of the window; the tokens
+    are said to be absent, not a gap for the whole question."""
+    _requests(store, T0 - 299 * NS, 90, 1000, 40, model="ppocr-v4")
+    a = _ask(store, "ppocr QPS over the last 5 minutes")
+    assert (a.intent.kind, a.intent.minutes) == ("throughput", 5)
+    assert a.report is not None and a.report.gaps == []
+    [row] = a.report.rows
+    assert (row["model"], row["requests"], row["requests_per_s"]) == ("ppocr-v4", 90, 0.3)
+    assert "0.3 requests/s" in a.text and "only generative models report tokens" in a.text
