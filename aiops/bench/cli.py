@@ -363,15 +363,25 @@ DatasetsOption = Annotated[Path, typer.Option(
 
 @bench_app.command("rca")
 def bench_rca(datasets: DatasetsOption = DATASETS) -> None:
-    """Root-cause ranking: Nezha (AS@1/3/5 per system) and RCD Sock Shop (Avg@5)."""
-    from aiops.evals import nezha, sockshop
+    """Root-cause ranking: Nezha (AS@1/3/5 per system), RCD Sock Shop (Avg@5) and PetShop
+    (recall@1/3 per issue metric, with and without the symptom, beside the published
+    anomaly traversal)."""
+    from aiops.evals import nezha, petshop, sockshop
 
-    _need(datasets / "nezha", datasets / "rcd_sockshop")
+    _need(datasets / "nezha", datasets / "rcd_sockshop", datasets / "petshop")
     published = datasets / "published"
     console.print(nezha.render(nezha.run_nezha(datasets / "nezha"),
                                published / "nezha_fse23_table3_table4.csv"))
     console.print(sockshop.render(sockshop.run_sockshop(datasets / "rcd_sockshop"),
                                   published / "rcaeval_ase24_table5_avg5.csv"))
+    for scenario in sorted(p.name for p in (datasets / "petshop" / "dataset").iterdir()
+                           if (p / "graph.csv").is_file()):
+        folder = datasets / "petshop" / "dataset" / scenario
+        console.print(f"PetShop, {scenario}:")
+        console.print(petshop.render(
+            [petshop.run_petshop(folder, symptom_led=False), petshop.run_petshop(folder)],
+            petshop.published(published / "petshop_notebook_traversal_baseline.csv",
+                              scenario)))
 
 
 @bench_app.command("topology")

@@ -53,10 +53,12 @@ from aiops.analytics.rca.model import (
     FaultClass,
     RankConfig,
     RootCause,
+    Symptom,
     Window,
 )
 from aiops.analytics.rca.scope import ConnDb, Db, Scope, StoreDb, entity_sql
 from aiops.analytics.rca.spans import span_facts
+from aiops.analytics.rca.symptom import symptom_order
 from aiops.analytics.topology import ServiceMap
 from aiops.store import Store
 
@@ -66,6 +68,7 @@ __all__ = [
     "FaultClass",
     "RankConfig",
     "RootCause",
+    "Symptom",
     "Window",
     "metric_family",
     "rank",
@@ -74,15 +77,17 @@ __all__ = [
 
 def rank(db: Store | duckdb.DuckDBPyConnection, anomaly: Window,
          baseline: Window | Sequence[Window], entity: str = "service.name",
-         config: RankConfig | None = None, topology: ServiceMap | None = None
-         ) -> list[RootCause]:
+         config: RankConfig | None = None, topology: ServiceMap | None = None,
+         symptom: Symptom | None = None) -> list[RootCause]:
     """Rank candidate entities as the root cause of what happened in ``anomaly``.
 
     ``baseline`` is one or more windows of normal behaviour (they must not overlap the
     anomaly). ``entity`` is the resource attribute that identifies a candidate:
     ``service.name``, ``service.instance.id`` (a replica), ``aiops.model.version`` ...
     Entities without any evidence are not listed. ``topology`` adds declared call edges
-    (a service map) to those read off spans, for stacks with few or no traces.
+    (a service map) to those read off spans, for stacks with few or no traces. ``symptom``:
+    the entity whose users saw the fault (the SLO that burns, the node that alarmed); the
+    ranking then starts from it (``symptom.symptom_order``).
     """
     cfg = config or RankConfig()
     base = [baseline] if isinstance(baseline, Window) else list(baseline)
@@ -108,5 +113,7 @@ def rank(db: Store | duckdb.DuckDBPyConnection, anomaly: Window,
     calls = {(a, b) for a, b in edges if a and b}
     if topology is not None and entity == "service.name":
         calls |= topology.edges
-    return combine_evidence([e for e in evidence if e.entity], calls, cfg)
+    evidence = [e for e in evidence if e.entity]
+    ranked = combine_evidence(evidence, calls, cfg)
+    return ranked if symptom is None else symptom_order(ranked, symptom, calls, evidence, cfg)
 

@@ -11,12 +11,15 @@ from aiops.analytics.rca.scope import Db, Scope
 _FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cpu", re.compile(r"cpu|throttl")),
     ("memory", re.compile(r"mem|rss|heap|oom")),
-    ("errors", re.compile(r"error|fail|exception|5xx|success")),
+    ("errors", re.compile(r"error|fail|exception|5xx|success|availab|uptime")),
     ("latency", re.compile(
         r"latenc|duration|(^|_)lat(_|$)|response_time|wait|queue|ongoing|pending|in_?flight")),
     ("network", re.compile(r"net|receive|transmit|bytes_(sent|recv)|packet|tcp|(^|_)[rt]x_")),
     ("traffic", re.compile(r"workload|(^|_)lod$|qps|throughput|requests|(^|\W)ops(\W|$)")),
 )
+
+# Shares bounded at 100% (or 1): compared as the share that failed (metric_evidence).
+_BOUNDED_SHARE = r"availab|uptime"
 
 _CLASS_OF_FAMILY = {"cpu": FaultClass.CPU, "memory": FaultClass.MEMORY,
                     "errors": FaultClass.ERRORS, "latency": FaultClass.LATENCY,
@@ -56,8 +59,15 @@ def metric_evidence(db: Db, scope: Scope, cfg: RankConfig) -> list[Evidence]:
             FROM pts WHERE ent IS NOT NULL
             WINDOW w AS (PARTITION BY ent, name, labels ORDER BY time)
         ), ph AS (
-            SELECT *, {scope.phase('time')} AS phase FROM series
+            -- A share bounded above (availability, uptime, in percent or as a fraction) is
+            -- read as its complement, the share that failed: its spread's floor is then
+            -- relative to the failures, not to the 100% it sits at.
+            SELECT * REPLACE (CASE WHEN regexp_matches(lower(name), '{_BOUNDED_SHARE}')
+                              THEN (CASE WHEN max(v) OVER s > 1 THEN 100 ELSE 1 END) - v
+                              ELSE v END AS v),
+                   {scope.phase('time')} AS phase FROM series
             WHERE v IS NOT NULL AND isfinite(v)
+            WINDOW s AS (PARTITION BY ent, name, labels)
         ), b AS (
             SELECT ent, name, labels, median(v) AS med,
                    greatest(quantile_cont(v, 0.75) - quantile_cont(v, 0.25),

@@ -68,6 +68,15 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class Symptom:
+    """Where an incident was seen: the entity whose users saw the fault (the service or model
+    whose SLO burns, the node that alarmed) and what they saw (latency or errors; None: any)."""
+
+    entity: str
+    fault_class: FaultClass | None = None
+
+
+@dataclass(frozen=True)
 class RootCause:
     entity: str
     fault_class: FaultClass

@@ -386,3 +386,23 @@ def test_gauges_of_different_names_are_separate_signals(store: Store) -> None:
 def test_mesh_edges_name_services_not_replicas(store: Store) -> None:
     mesh(store, delay={("api", "model"): 0.05})
     assert rank(store, ANOMALY, BASELINE, entity="service.instance.id") == []
+
+
+def test_an_availability_drop_from_100_percent_is_errors(store: Store) -> None:
+    """A share bounded at 100% is compared as the share that failed: 100% -> 96% is a large
+    move in its failures, though small against the 100 it sits at (found on PetShop)."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    times, names, values, services = [], [], [], []
+    for i in range(60):
+        for svc in ("search", "site"):
+            times.append(t0 + timedelta(minutes=i))
+            names.append("availability_Average")
+            values.append(96.0 if svc == "search" and i >= 50 else 100.0 - (i % 3) * 0.01)
+            services.append(svc)
+    store.append("metric_points", pa.table({
+        "time": pa.array(times, pa.timestamp("ns")), "name": names, "type": ["gauge"] * 120,
+        "value": values, "service_name": services,
+        "resource_attributes": [json.dumps({"service.name": s}) for s in services]}))
+    ranked = rank(store, Window(t0 + timedelta(minutes=50), t0 + timedelta(minutes=60)),
+                  Window(t0, t0 + timedelta(minutes=50)))
+    assert [(r.entity, r.fault_class) for r in ranked] == [("search", FaultClass.ERRORS)]

@@ -1,0 +1,54 @@
+"""Ranking from the symptom: the walk from the entity whose users saw the fault, through
+callees whose own evidence of that kind moved, to where it ends."""
+
+from __future__ import annotations
+
+from aiops.analytics.rca import Evidence, EvidenceKind, FaultClass, RankConfig, RootCause, Symptom
+from aiops.analytics.rca.symptom import symptom_order
+
+CFG = RankConfig()
+LAT, ERR = FaultClass.LATENCY, FaultClass.ERRORS
+
+
+def _ev(entity: str, score: float, kind: FaultClass = LAT) -> Evidence:
+    return Evidence(EvidenceKind.METRIC, f"{kind}_avg", entity, kind, f"metric:{kind}", 1.0,
+                    0.0, score)
+
+
+def _order(evidence: list[Evidence], edges: set[tuple[str, str]], symptom: Symptom
+           ) -> list[str]:
+    # The evidence's own order: the loudest first.
+    best: dict[str, float] = {}
+    for e in evidence:
+        best[e.entity] = max(best.get(e.entity, 0.0), e.score)
+    ranked = [RootCause(n, LAT, 0.0, s) for n, s in sorted(best.items(), key=lambda x: -x[1])]
+    return [c.entity for c in symptom_order(ranked, symptom, edges, evidence, CFG)]
+
+
+EDGES = {("site", "search"), ("search", "db"), ("site", "pay"), ("pay", "queue")}
+
+
+def test_a_caller_that_only_suffers_ranks_below_the_callee_where_the_walk_ends() -> None:
+    evidence = [_ev("site", 90), _ev("search", 60), _ev("db", 8), _ev("queue", 40)]
+    # Loudest first: site, search, queue, db. From the site, slow callees lead to the db,
+    # and the queue is reached through pay, whose own latency did not move: off the walk.
+    assert _order(evidence, EDGES, Symptom("site", LAT)) == ["db", "search", "site", "queue"]
+
+
+def test_the_walk_follows_the_symptoms_kind_only() -> None:
+    evidence = [_ev("site", 20, ERR), _ev("search", 50, ERR), _ev("db", 80, LAT)]
+    # The site's users saw errors: the db's latency does not explain them.
+    assert _order(evidence, EDGES, Symptom("site", ERR))[0] == "search"
+    assert _order(evidence, EDGES, Symptom("site", LAT))[0] == "db"
+
+
+def test_deeper_ends_lead_then_stronger_ones() -> None:
+    edges = EDGES | {("site", "lb")}
+    evidence = [_ev("site", 10), _ev("lb", 100), _ev("search", 30), _ev("db", 12)]
+    assert _order(evidence, edges, Symptom("site"))[:2] == ["db", "lb"]
+
+
+def test_a_symptom_that_reaches_nothing_anomalous_changes_nothing() -> None:
+    evidence = [_ev("queue", 40), _ev("db", 30)]
+    assert _order(evidence, EDGES, Symptom("site")) == ["queue", "db"]
+    assert _order(evidence, set(), Symptom("elsewhere")) == ["queue", "db"]
