@@ -37,13 +37,18 @@ TELEMETRY: list[tuple[str, re.Pattern[str]]] = [
                      r"对比|比较|相比|区别|差异")),
     ("slo", _cue(r"slos?|error budgets?|budgets?|objectives?|burn rate",
                  r"错误预算|预算|服务等级|服务水平")),
+    # Traffic shares ("which version is taking traffic and what share does each get?") are
+    # request rates per version, each as a share of the model's.
     ("throughput", _cue(r"tokens?|throughput|tokens?/s|tok/s|qps|rps|req/s|request rate|"
-                        r"requests? (?:per|a|/) ?(?:second|sec|s)",
-                        r"吞吐|令牌|词元|每秒请求|请求量|请求速率|请求率")),
+                        r"requests? (?:per|a|/) ?(?:second|sec|s)|taking traffic|"
+                        r"(?:what|which) share|share of (?:the )?(?:traffic|requests)|"
+                        r"traffic (?:share|split)",
+                        r"吞吐|令牌|词元|每秒请求|请求量|请求速率|请求率|流量占比|流量分配|"
+                        r"占多少流量|流量比例")),
     ("traces", _cue(r"traces?|(?:slowest|longest|failed|failing|erroring|errored) "
                     r"(?:requests?|calls?)|spans?|(?:requests?|calls?)(?: \S+){0,5} failed",
                     r"链路|追踪|调用链|耗时最长|(?:最慢|最长|最久|失败|报错|出错|slowest|failed)"
-                    r"\s*的?(?:那些|这些|几个)?请求")),
+                    r"\s*的?(?:那些|这些|几个)?请求|(?:请求|调用)\S{0,3}(?:最慢|最久|耗时最长)")),
     ("logs", _cue(r"logs?|log lines?|error messages?|exceptions?|stack ?traces?|"
                   r"templates?|log patterns?",
                   r"日志|报错信息|错误信息|异常信息|模板")),

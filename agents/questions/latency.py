@@ -152,6 +152,13 @@ def throughput(ask: Ask) -> None:
         row.update(r, output_tokens_per_s=round(r["output_tokens"] / seconds, 2),
                    input_tokens_per_s=round(r["input_tokens"] / seconds, 2),
                    output_tokens_per_s_active=round(r["output_tokens"] / busy, 2))
+    if versioned:  # each version's share of its model's requests: the traffic split
+        totals: dict[str, int] = {}
+        for r in rows.values():
+            totals[r["model"]] = totals.get(r["model"], 0) + r["requests"]
+        for r in rows.values():
+            r["share"] = round(r["requests"] / totals[r["model"]], 4) if totals[r["model"]] \
+                else 0.0
     ask.report.rows = list(rows.values())
     named = f"for {i.model} " if i.model else ""
     if not rows:
@@ -159,7 +166,9 @@ def throughput(ask: Ask) -> None:
         return
     ask.say(f"Throughput over {ask.window} ({seconds:g} s):")
     for r in ask.report.rows:
-        line = f"- {_name(r)}: {r['requests_per_s']:g} requests/s ({r['requests']} requests)"
+        share = f", {r['share']:.0%} of {r['model']}'s" if "share" in r else ""
+        line = (f"- {_name(r)}: {r['requests_per_s']:g} requests/s ({r['requests']} requests"
+                f"{share})")
         if r.get("output_tokens"):
             line += (f"; {r['output_tokens_per_s']:g} output tokens/s ({r['output_tokens']} "
                      f"tokens in {r['token_requests']} requests; "

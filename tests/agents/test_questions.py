@@ -311,3 +311,24 @@ def test_requests_per_second_for_a_model_that_counts_no_tokens(store: Store) -> 
     [row] = a.report.rows
     assert (row["model"], row["requests"], row["requests_per_s"]) == ("ppocr-v4", 90, 0.3)
     assert "0.3 requests/s" in a.text and "only generative models report tokens" in a.text
+
+
+def test_which_version_takes_traffic_and_what_share_each_gets(store: Store) -> None:
+    """One of the issue's misses: a canary's traffic split, as each version's share of the
+    model's requests (each request's root span)."""
+    _requests(store, T0 - 299 * NS, 90, 1000, 40, version="v1")
+    _requests(store, T0 - 299 * NS, 30, 3000, 40, version="v2")
+    a = _ask(store, "which version of echo is taking traffic and what share does each get?")
+    assert (a.intent.kind, a.intent.by) == ("throughput", "version")
+    assert a.report is not None
+    shares = {r["version"]: (r["requests"], r["share"]) for r in a.report.rows}
+    assert shares == {"v1": (90, 0.75), "v2": (30, 0.25)}
+    assert "75% of echo's" in a.text and "25% of echo's" in a.text
+
+
+def test_which_request_is_slowest_lists_the_slowest_traces(store: Store) -> None:
+    """One of the issue's misses: "哪个请求最慢?" asked for the slowest trace, not percentiles."""
+    _requests(store, T0 - 299 * NS, 20, 1000, 40)
+    a = _ask(store, "哪个请求最慢\uff1f")
+    assert (a.intent.kind, a.intent.order) == ("traces", "slowest")
+    assert a.report is not None and a.report.rows
