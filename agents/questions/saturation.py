@@ -65,8 +65,15 @@ def saturation(ask: Ask) -> None:
     for r in rows:
         what, fmt = shown[r["name"]]
         where_ = r["model"] + (f"@{r['version']}" if r["version"] else "")
+        limit = ""
+        cap = ask.box.capacities.get(r["model"])
+        if r["name"] == "aiops.serve.queue_depth" and cap is not None and cap.max_queue:
+            # The spec's limit: past it, the ingress answers 429 (per priority class).
+            r["max_queue"] = cap.max_queue
+            limit = (f" (its spec's max_queue: {cap.max_queue} per priority class; highest "
+                     f"{r['highest'] / cap.max_queue:.0%} of it)")
         ask.say(f"- {where_} {what}: {fmt.format(r['latest'])} now, "
-                f"{fmt.format(r['highest'])} at most")
+                f"{fmt.format(r['highest'])} at most{limit}")
     if not any(r["name"] == "aiops.serve.replicas" for r in rows):
         _replicas_from_spans(ask)
     _memory(ask)

@@ -332,3 +332,19 @@ def test_which_request_is_slowest_lists_the_slowest_traces(store: Store) -> None
     a = _ask(store, "哪个请求最慢\uff1f")
     assert (a.intent.kind, a.intent.order) == ("traces", "slowest")
     assert a.report is not None and a.report.rows
+
+
+def test_the_queue_is_shown_against_the_specs_max_queue(store: Store) -> None:
+    """Answers relative to limits where a limit exists: queue depth beside ``qos.max_queue``
+    (past it the ingress answers 429)."""
+    from aiops.capacity import Capacity
+
+    _requests(store, T0 - 300 * NS, 10, 1000, 40)
+    add_points(store, [{"time": T0 - (200 - 30 * k) * NS, "name": "aiops.serve.queue_depth",
+                        "type": "gauge", "value": float(k),
+                        "attributes": {"gen_ai.request.model": "echo"}} for k in range(5)])
+    a = _ask(store, "is echo saturated?", capacities=[Capacity("echo", max_queue=16)])
+    assert a.report is not None
+    [line] = [x for x in a.report.lines if "queue depth" in x]
+    assert line.endswith("4 now, 4 at most (its spec's max_queue: 16 per priority class; "
+                         "highest 25% of it)")
