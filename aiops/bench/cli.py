@@ -454,6 +454,21 @@ def bench_anomaly(
                   soft_wrap=True)
 
 
+@bench_app.command("transfer")
+def bench_transfer(
+    datasets: DatasetsOption = DATASETS,
+    cache: Annotated[Path | None, typer.Option(
+        help="Folder to cache each method's raw scores in (reruns skip streaming).")] = None,
+) -> None:
+    """The metric detector chosen on NAB, scored on the cloud_kpi families it was never
+    chosen on; leave one cloud_kpi family out; beside the windowed Gaussian."""
+    from aiops.evals.detector_transfer import render, run_transfer
+
+    _need(datasets / "nab", datasets / "cloud_kpi")
+    report = run_transfer(datasets / "nab", datasets / "cloud_kpi" / "data", cache_dir=cache)
+    console.print(render(report), markup=False, soft_wrap=True)
+
+
 def _need(*folders: Path) -> None:
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from aiops.analytics.metric_live import MethodSpec, spike_score
 from aiops.evals.nab import data_files, detect_all, load_profiles, load_windows, read_series
@@ -105,21 +106,26 @@ _CACHE_VERSIONS = {"cad": 1, "gaussian": 1, "robust": 2, "seasonal_gaussian": 1,
                    "seasonal_robust": 2}
 
 
+Loader = Callable[[str], tuple[npt.NDArray[np.datetime64], FloatArray]]
+
+
 def raw_scores(root: Path, spec: MethodSpec, rels: Sequence[str],
                cache_dir: Path | None = None,
-               memo: dict[str, dict[str, FloatArray]] | None = None) -> dict[str, FloatArray]:
+               memo: dict[str, dict[str, FloatArray]] | None = None,
+               load: Loader | None = None, corpus: str = "nab") -> dict[str, FloatArray]:
     """Every file streamed through a fresh ``spec.build()`` (no look-ahead); kept in ``memo``
-    and cached on disk under ``cache_dir`` when given (keyed by the method, the files and
-    ``_CACHE_VERSIONS``)."""
+    and cached on disk under ``cache_dir`` when given (keyed by ``corpus``, the method, the
+    files and ``_CACHE_VERSIONS``). ``load`` reads a series (timestamps, values) by its name
+    in ``rels``; by default NAB's ``root/data/<rel>``."""
     memo = {} if memo is None else memo
     if spec.key in memo:
         return memo[spec.key]
     if spec.method == "cad_spike":
         # Its two members share nothing, so their raw scores combine exactly (test_gaussian).
         params = dict(spec.params)
-        cad = raw_scores(root, MethodSpec("cad"), rels, cache_dir, memo)
+        cad = raw_scores(root, MethodSpec("cad"), rels, cache_dir, memo, load, corpus)
         member = MethodSpec("robust", (("window", params["window"]), ("step", params["step"])))
-        robust = raw_scores(root, member, rels, cache_dir, memo)
+        robust = raw_scores(root, member, rels, cache_dir, memo, load, corpus)
         spike = np.vectorize(lambda r: spike_score(r, params["z"]), otypes=[np.float64])
         memo[spec.key] = {rel: np.maximum(cad[rel], spike(robust[rel])) for rel in rels}
         return memo[spec.key]
@@ -127,13 +133,16 @@ def raw_scores(root: Path, spec: MethodSpec, rels: Sequence[str],
     if cache_dir is not None:
         version = _CACHE_VERSIONS[spec.method]
         digest = hashlib.sha1(f"{version}|{spec.key}|{'|'.join(rels)}".encode())
-        path = cache_dir / f"nab-{spec.method}-{digest.hexdigest()[:12]}.npz"
+        path = cache_dir / f"{corpus}-{spec.method}-{digest.hexdigest()[:12]}.npz"
         if path.exists():
             with np.load(path) as saved:
                 memo[spec.key] = {rel: saved[f"f{i}"] for i, rel in enumerate(rels)}
                 return memo[spec.key]
     series = {}
     for rel in rels:
+        if load is not None:
+            series[rel] = load(rel)
+            continue
         data = read_series(root / "data" / rel)
         series[rel] = (data["timestamp"].astype("datetime64[ns]"),
                        data["value"].astype(np.float64))
