@@ -54,11 +54,12 @@ def corpus() -> dict[str, KpiSeries]:
 
 
 @pytest.fixture(scope="module")
-def report(corpus: dict[str, KpiSeries]) -> TransferReport:
+def report(corpus: dict[str, KpiSeries], raw_score_cache: Path) -> TransferReport:
     """CAD and NAB's windowed Gaussian, quiet 0 and 20 (what the full grid's choice on NAB
-    comes down to); each method streams each corpus once for the whole module."""
+    comes down to); each method streams each corpus once for the whole run (NAB's scores are
+    shared with test_nab_loco through ``raw_score_cache``)."""
     return run_transfer(NAB, KPI, specs=[MethodSpec("cad"), BASELINE.spec], quiets=(0, 20),
-                        corpus=corpus)
+                        corpus=corpus, cache_dir=raw_score_cache)
 
 
 def test_every_series_loads_and_each_labelled_run_is_an_event(

@@ -160,10 +160,11 @@ def test_the_live_default_is_a_candidate_of_the_grid() -> None:
 
 @pytest.mark.slow
 @needs_nab
-def test_loco_on_nab_reproduces_the_frozen_live_default() -> None:
+def test_loco_on_nab_reproduces_the_frozen_live_default(raw_score_cache: Path) -> None:
     """CAD and NAB's windowed Gaussian (what the full grid comes down to): the choice on all
     categories is the frozen default, and the held-out category is never a training one."""
-    report = run_loco(NAB, specs=[MethodSpec("cad"), BASELINE.spec], quiets=(0, 20))
+    report = run_loco(NAB, specs=[MethodSpec("cad"), BASELINE.spec], quiets=(0, 20),
+                      cache_dir=raw_score_cache)
     assert (report.live.key, report.live.threshold) == (
         Candidate(LIVE_DEFAULT.spec, LIVE_DEFAULT.quiet).key, LIVE_DEFAULT.threshold)
     assert len(report.folds) == 7
