@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import json
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -198,9 +197,6 @@ def render(reports: list[PetShopReport], baseline: dict[str, tuple[float, float]
     for metric, (r1, r3) in sorted(baseline.items(), reverse=True):
         lines.append(f"| anomaly traversal (published) | {metric} | | {r1:.3f} | {r3:.3f} |")
     for report in reports:
-        by_split: dict[str, list[int | None]] = defaultdict(list)
-        for r in report.results:
-            by_split[r.issue.split].append(r.rank)
         missed = ", ".join(f"{r.issue.split}/{r.issue.name}={r.rank}" for r in report.results
                            if r.rank != 1)
         lines += ["", f"{'symptom-led' if report.symptom_led else 'no symptom'}: "
