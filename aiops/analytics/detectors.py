@@ -24,7 +24,7 @@ from aiops.analytics.findings import Finding
 from aiops.analytics.logstream import LogDetector
 from aiops.analytics.metric_stream import MetricStream
 from aiops.analytics.nodes import node_findings
-from aiops.analytics.slo import BurnWindow, Objective, burn_findings
+from aiops.analytics.slo import SLO_BURN, BurnWindow, Objective, burn_findings
 from aiops.analytics.traces import TraceThresholds, trace_findings
 from aiops.errors import AIOpsError
 from aiops.store import Store
@@ -139,7 +139,7 @@ class SloBurnThresholds:
 class SloBurnDetector:
     """SLO burn rates per model version over window pairs (aiops/analytics/slo.py)."""
 
-    name = "slo_burn"
+    name = SLO_BURN
 
     def __init__(self, objectives: Iterable[Objective], windows: Iterable[BurnWindow],
                  thresholds: SloBurnThresholds | None = None) -> None:

@@ -20,6 +20,7 @@ when one of the models it calls has findings of its own.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
@@ -34,6 +35,9 @@ import pyarrow as pa
 from pydantic import TypeAdapter
 
 from aiops.analytics.findings import Entity, Evidence, FaultClass, Finding
+from aiops.analytics.rca.model import Symptom
+from aiops.analytics.rca.symptom import SYMPTOM_CLASSES, leads, walk
+from aiops.analytics.slo import SLO_BURN
 from aiops.analytics.topology import ServiceMap
 from aiops.schema import INCIDENTS
 
@@ -42,12 +46,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ContextSource", "EvidenceRecord", "Incident", "IncidentEvidence",
            "IncidentListener", "IncidentTracker", "RankedCause", "RankedCauseRecord", "Status",
-           "rank_causes", "to_table"]
+           "rank_causes", "symptom_of", "to_table"]
 
 log = logging.getLogger(__name__)
 
-CAUSE_CLASSES = (FaultClass.NODE, FaultClass.CRASH, FaultClass.MEMORY, FaultClass.CPU,
-                 FaultClass.NETWORK)
+CAUSE_CLASSES = tuple(c for c in FaultClass if c not in SYMPTOM_CLASSES)
 # A lost node is the deepest: its replicas' exits (crashes) and failed requests follow from it.
 CAUSE_DEPTH = {FaultClass.NODE: 5, FaultClass.MEMORY: 4, FaultClass.CRASH: 3,
                FaultClass.CPU: 2, FaultClass.NETWORK: 1}
@@ -154,11 +157,22 @@ class IncidentEvidence:
 _EVIDENCE: TypeAdapter[IncidentEvidence] = TypeAdapter(IncidentEvidence)
 
 
-def rank_causes(findings: list[Finding], calls: ServiceMap | None = None
-                ) -> list[RankedCause]:
+def symptom_of(findings: list[Finding]) -> Symptom | None:
+    """What the users saw: the service whose SLO burns hardest, and how (latency or errors);
+    None when no SLO burns (the ranking is then the evidence's alone)."""
+    burns = [f for f in findings if f.detector == SLO_BURN]
+    if not burns:
+        return None
+    top = max(burns, key=lambda f: (f.score, f.entity.service))
+    return Symptom(top.entity.service, top.fault_class)
+
+
+def rank_causes(findings: list[Finding], calls: ServiceMap | None = None,
+                symptom: Symptom | None = None) -> list[RankedCause]:
     """Entities at model-version level (replica kept when one replica stands out). The
     ingress calls every model; ``calls`` (a declared service map) adds who calls whom
-    elsewhere: a caller whose callee also fires ranks below it."""
+    elsewhere: a caller whose callee also fires ranks below it. ``symptom`` (``symptom_of``)
+    then orders them from the service whose users saw the fault (``rca.symptom``)."""
     by_version: dict[Entity, list[Finding]] = defaultdict(list)
     for f in findings:
         by_version[Entity(f.entity.service, f.entity.version)].append(f)
@@ -195,10 +209,34 @@ def rank_causes(findings: list[Finding], calls: ServiceMap | None = None
         evidence = [e for f in sorted(fs, key=lambda f: -f.score) for e in f.evidence]
         causes.append(RankedCause(named, lead.fault_class, score, 0.0,
                                   sorted({f.detector for f in fs}), evidence, lead.node))
+    causes.sort(key=lambda c: -c.score)
+    if symptom is not None:
+        causes = _from_symptom(causes, findings, calls, symptom)
     total = sum(c.score for c in causes) or 1.0
     for c in causes:
         c.confidence = c.score / total
-    return sorted(causes, key=lambda c: -c.score)
+    return causes
+
+
+def _from_symptom(causes: list[RankedCause], findings: list[Finding], calls: ServiceMap | None,
+                  symptom: Symptom) -> list[RankedCause]:
+    """``causes`` reordered along the walk from ``symptom`` through callees that fire with
+    the symptom's kind or a cause (``symptom.leads``): where it ends first,
+    the deeper first, then the callers it passed, then the rest. A cause moved down keeps
+    a score just below the one above it, so score order stays the verdict's order."""
+    services = {f.entity.service for f in findings}
+    edges = set(calls.edges if calls is not None else ())
+    edges |= {(INGRESS, s) for s in services if s != INGRESS}
+    path = walk(symptom.entity, edges, {f.entity.service for f in findings
+                                         if leads(symptom.fault_class, f.fault_class)})
+    if not path.ends:
+        return causes
+    order = {id(c): i for i, c in enumerate(causes)}
+    ranked = sorted(causes, key=lambda c: (
+        path.group(c.entity.service), -path.depth.get(c.entity.service, 0), order[id(c)]))
+    for above, c in itertools.pairwise(ranked):
+        c.score = min(c.score, 0.99 * above.score)
+    return ranked
 
 
 @dataclass
@@ -219,13 +257,13 @@ class Incident:
         """When it started: the earliest finding's window. A burn-rate finding's start is
         its long window's (up to an hour back), a bound rather than an onset: used only when
         nothing else fired."""
-        sharp = [f.start_ns for f in self.findings.values() if f.detector != "slo_burn"]
+        sharp = [f.start_ns for f in self.findings.values() if f.detector != SLO_BURN]
         return min(sharp or [f.start_ns for f in self.findings.values()],
                    default=self.opened_ns)
 
     @property
     def severity(self) -> str:
-        return "page" if any(k[0] == "slo_burn" for k in self.findings) else "ticket"
+        return "page" if any(k[0] == SLO_BURN for k in self.findings) else "ticket"
 
     @property
     def summary(self) -> str:
@@ -371,7 +409,8 @@ class IncidentTracker:
                     # first fired, or the incident's onset would creep forward.
                     f = replace(f, start_ns=seen.start_ns)
                 inc.findings[key] = f
-            inc.causes = rank_causes(list(inc.findings.values()), self._calls)
+            found = list(inc.findings.values())
+            inc.causes = rank_causes(found, self._calls, symptom_of(found))
             inc.last_firing_ns = now_ns
             after = (inc.causes[0].entity, inc.causes[0].fault_class)
             # Persist when the verdict changes, and every refresh_s while the evidence grows.

@@ -17,7 +17,10 @@ from aiops.analytics.findings import Entity, EvidenceKind, FaultClass, Finding
 from aiops.slo_spec import BurnWindow, Objective, parse_windows  # the values (re-exported)
 from aiops.store import Store
 
-__all__ = ["BurnWindow", "Objective", "burn_findings", "parse_windows"]
+# The detector's name on its findings: an incident's symptom is the SLO that burns.
+SLO_BURN = "slo_burn"
+
+__all__ = ["SLO_BURN", "BurnWindow", "Objective", "burn_findings", "parse_windows"]
 
 NS = 1_000_000_000
 
@@ -69,7 +72,7 @@ def burn_findings(store: Store, objectives: Iterable[Objective], windows: list[B
                         continue
                     entity = Entity(o.model, version)
                     found.append(Finding(
-                        "slo_burn", entity, fault,
+                        SLO_BURN, entity, fault,
                         # Start: the short window's, the tighter bound on when it began
                         # (the long window's can reach an hour back).
                         min(burn, s_burn) / w.threshold, now_ns - int(w.short_s * NS), now_ns,

@@ -469,6 +469,22 @@ def bench_transfer(
     console.print(render(report), markup=False, soft_wrap=True)
 
 
+@bench_app.command("detector-choice")
+def bench_detector_choice(
+    datasets: DatasetsOption = DATASETS,
+    cache: Annotated[Path | None, typer.Option(
+        help="Folder to cache each method's raw scores in (reruns skip streaming).")] = None,
+) -> None:
+    """The live metric detector chosen by pooled event F1 with whole corpora held out (NAB <->
+    cloud_kpi, and one family / category out inside each), beside the windowed Gaussian chosen
+    the same way; then the choice on both corpora (the shipped default)."""
+    from aiops.evals.detector_choice import render, run_choice
+
+    _need(datasets / "nab", datasets / "cloud_kpi")
+    report = run_choice(datasets / "nab", datasets / "cloud_kpi" / "data", cache_dir=cache)
+    console.print(render(report), markup=False, soft_wrap=True)
+
+
 def _need(*folders: Path) -> None:
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:

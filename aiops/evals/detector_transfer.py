@@ -7,19 +7,23 @@ first candidate and the higher threshold); events and false alarms are
 Three views, each scored per cloud_kpi family by event-level F1 (precision, recall) and by
 the false alarms on the family's quiet series (no labelled anomaly):
 
-a. **NAB -> cloud_kpi**: the candidate and threshold chosen on all of NAB (how
-   ``LIVE_DEFAULT`` was chosen), beside NAB's windowed Gaussian (``nab_loco.BASELINE``) at its
-   threshold chosen on all of NAB the same way (as NAB runs it: no quiet period), and the same
-   Gaussian behind the live default's quiet period (``WG_QUIETED``), so that the alerting rule
-   is not what separates them. Nothing of cloud_kpi is looked at.
+a. **NAB -> cloud_kpi**: the candidate and threshold chosen on all of NAB
+   (``nab_loco.NAB_STANDARD_CHOICE``, the live default until 2026-12-06), beside NAB's windowed
+   Gaussian (``nab_loco.BASELINE``) at its threshold chosen on all of NAB the same way (as
+   NAB runs it: no quiet period), and the same Gaussian behind that choice's quiet period
+   (``WG_QUIETED``), so that the alerting rule is not what separates them. Nothing of
+   cloud_kpi is looked at.
 b. **Leave one family out** inside cloud_kpi (``nab_loco.loco`` with families as categories):
    for each family, candidate and threshold chosen on the other five, the Gaussian's threshold
    likewise; brackets give the held-out F1's range over the grid (each candidate at its own
    threshold chosen on the five) and over the windowed-Gaussian family.
-c. **References**: the frozen ``LIVE_DEFAULT`` at its frozen threshold, and, labelled oracle,
-   each detector at the family's own best event-F1 threshold (optimistic by construction).
+c. **References**: ``NAB_STANDARD_CHOICE`` at its frozen threshold (``FROZEN``), and,
+   labelled oracle, each detector at the family's own best event-F1 threshold (optimistic by
+   construction).
 
 Pooled rows add the counts of every family (in b, each family at its own fold's choice).
+Selection by event F1 with whole corpora held out, and the live default it chose:
+``aiops.evals.detector_choice``.
 """
 
 from __future__ import annotations
@@ -28,12 +32,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiops.analytics.metric_live import LIVE_DEFAULT, MethodSpec
+from aiops.analytics.metric_live import MethodSpec
 from aiops.evals.cloud_kpi import KpiSeries, corpus_tables, load_corpus
 from aiops.evals.nab import load_profiles
 from aiops.evals.nab_events import EventCounts, FileTable
 from aiops.evals.nab_loco import (
     BASELINE,
+    NAB_STANDARD_CHOICE,
     QUIETS,
     SPECS,
     THRESHOLDS,
@@ -48,9 +53,10 @@ from aiops.evals.nab_loco import (
 __all__ = ["FROZEN", "WG_QUIETED", "FamilyResult", "Scored", "TransferReport", "oracle",
            "render", "run_transfer", "scored"]
 
-FROZEN = Candidate(LIVE_DEFAULT.spec, LIVE_DEFAULT.quiet)
-# NAB's windowed Gaussian behind the live default's alerting rule (its quiet period).
-WG_QUIETED = Candidate(BASELINE.spec, LIVE_DEFAULT.quiet)
+# The choice on NAB by NAB standard score, as frozen (the live default until 2026-12-06).
+FROZEN = Candidate(NAB_STANDARD_CHOICE.spec, NAB_STANDARD_CHOICE.quiet)
+# NAB's windowed Gaussian behind that choice's alerting rule (its quiet period).
+WG_QUIETED = Candidate(BASELINE.spec, NAB_STANDARD_CHOICE.quiet)
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,7 @@ class FamilyResult:
     lofo_wg: Scored
     lofo_range: tuple[float, float] | None      # held-out F1 over the grid
     lofo_wg_range: tuple[float, float] | None   # ... over the windowed-Gaussian family
-    frozen: Scored             # (c) LIVE_DEFAULT as frozen
+    frozen: Scored             # (c) NAB_STANDARD_CHOICE as frozen
     frozen_oracle: Scored | None
     wg_oracle: Scored | None
 
@@ -170,7 +176,7 @@ def run_transfer(nab_root: Path, kpi_root: Path, specs: Sequence[MethodSpec] = S
     family_of = {rel: s.family for rel, s in series.items()}
     wg_family = [c.key for c in candidates if c.spec.method == "gaussian"]
     folds = {f.held_out: f for f in loco(tables, family_of, BASELINE.key, wg_family)}
-    frozen_index = THRESHOLDS.index(LIVE_DEFAULT.threshold)
+    frozen_index = THRESHOLDS.index(NAB_STANDARD_CHOICE.threshold)
     results = []
     for family, fold in folds.items():
         files = sorted(r for r, f in family_of.items() if f == family)
@@ -248,7 +254,7 @@ def render(report: TransferReport) -> str:
         f"{report.rows} points). Chosen: {_short(nab.key)} at {_thr(nab.threshold)}; "
         f"windowed Gaussian (WG) at {_thr(wg.threshold)}. Event-F1 (precision/recall); "
         "brackets: over the grid / the WG family, each candidate at its threshold chosen on "
-        f"NAB. WG q{WG_QUIETED.quiet}: the WG behind the live default's quiet period "
+        f"NAB. WG q{WG_QUIETED.quiet}: the WG behind the NAB choice's quiet period "
         f"({WG_QUIETED.quiet} points after an alert), at {_thr(wg_quieted)} chosen on NAB.",
         "",
         head.format(a="F1 (P/R) [grid]: chosen on NAB", a2="chosen",
@@ -292,11 +298,11 @@ def render(report: TransferReport) -> str:
                  f"{_cell(p['lofo_wg'])} | {_fp(p['lofo_wg'], total_quiet)} |")
     lines += [
         "",
-        f"**(c) References**: the frozen live default ({_short(FROZEN.key)} at "
-        f"{_thr(LIVE_DEFAULT.threshold)}); ORACLE = at the family's own best event-F1 "
-        "threshold (optimistic by construction).",
+        f"**(c) References**: the NAB-standard choice as frozen, the live default until 2026-12-06 "
+        f"({_short(FROZEN.key)} at {_thr(NAB_STANDARD_CHOICE.threshold)}); ORACLE = at the "
+        "family's own best event-F1 threshold (optimistic by construction).",
         "",
-        "| Family (series, quiet, events) | Frozen live F1 (P/R) | FPs all / quiet | ORACLE "
+        "| Family (series, quiet, events) | Frozen NAB choice F1 (P/R) | FPs all / quiet | ORACLE "
         "live: threshold, F1 (P/R) | ORACLE WG: threshold, F1 (P/R) |",
         "|---|---|---|---|---|",
     ]
@@ -308,11 +314,12 @@ def render(report: TransferReport) -> str:
             f"{_thr(ow.threshold) + ', ' + _cell(ow) if ow else 'n/a'} |")
     lines.append(f"| {pooled_label} | {_cell(p['frozen'])} | {_fp(p['frozen'], total_quiet)} | "
                  "| |")
-    same = (nab.key, nab.threshold) == (FROZEN.key, LIVE_DEFAULT.threshold)
+    same = (nab.key, nab.threshold) == (FROZEN.key, NAB_STANDARD_CHOICE.threshold)
     lines += [
         "",
         f"Grid: {len(report.candidates)} candidates x {len(THRESHOLDS)} thresholds. The choice on "
-        f"NAB {'is' if same else 'is NOT'} the frozen live default. {report.duplicates} rows "
+        f"NAB {'is' if same else 'is NOT'} the frozen NAB_STANDARD_CHOICE (the live default "
+        "until 2026-12-06; now aiops.evals.detector_choice). {report.duplicates} rows "
         "with a repeated timestamp dropped. Events: labelled runs after the probation (first "
         "15 %, at most 750 rows). Streaming seconds (0: cached): "
         + ", ".join(f"{k} {s:.0f}" for k, s in report.seconds.items()) + ".",

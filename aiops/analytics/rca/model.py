@@ -70,7 +70,8 @@ class Evidence:
 @dataclass(frozen=True)
 class Symptom:
     """Where an incident was seen: the entity whose users saw the fault (the service or model
-    whose SLO burns, the node that alarmed) and what they saw (latency or errors; None: any)."""
+    whose SLO burns, the node that alarmed) and what they saw (latency or errors; None: read
+    off the entity's own evidence, ``symptom.seen_at``)."""
 
     entity: str
     fault_class: FaultClass | None = None

@@ -26,51 +26,97 @@ of "anomalous" instead of one metric's median deviation.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass
 
-from aiops.analytics.rca.model import Evidence, RankConfig, RootCause, Symptom
+from aiops.analytics.rca.model import Evidence, FaultClass, RankConfig, RootCause, Symptom
 
-__all__ = ["symptom_order"]
+__all__ = ["SYMPTOM_CLASSES", "Walk", "leads", "seen_at", "symptom_order", "walk"]
+
+# What users see; every other class (CPU, memory, network, a crash, a lost node) is a cause
+# behind them.
+SYMPTOM_CLASSES = frozenset({FaultClass.LATENCY, FaultClass.ERRORS})
+
+
+def leads(symptom: FaultClass | None, evidence: FaultClass) -> bool:
+    """Whether a callee's evidence of class ``evidence`` carries a walk from a symptom of
+    class ``symptom`` on: the same kind (a slow callee slows its callers, a failing one fails
+    them), or a cause, which shows as either; None: any kind. Another symptom's kind does
+    not (PetShop: a callee's latency drew availability walks astray, see the docstring)."""
+    return symptom is None or evidence is symptom or evidence not in SYMPTOM_CLASSES
+
+
+@dataclass(frozen=True)
+class Walk:
+    """Where a symptom leads: ``ends`` (anomalous entities on its path with no anomalous
+    callee: the likely causes), ``on_path`` (every anomalous entity it reached, ends
+    included) and each reached entity's ``depth`` (shortest distance from the symptom)."""
+
+    ends: frozenset[str]
+    on_path: frozenset[str]
+    depth: Mapping[str, int]
+
+    def group(self, entity: str) -> int:
+        """0: where the walk ends, 1: a caller on the walk (it suffers), 2: not reached."""
+        return 0 if entity in self.ends else 1 if entity in self.on_path else 2
+
+
+def walk(start: str, edges: Iterable[tuple[str, str]], anomalous: Set[str]) -> Walk:
+    """Breadth first from ``start`` along ``edges`` (caller, callee), through callees in
+    ``anomalous`` only."""
+    callees: dict[str, set[str]] = defaultdict(set)
+    for caller, callee in edges:
+        if caller != callee:
+            callees[caller].add(callee)
+    on_path: set[str] = set()
+    ends: set[str] = set()
+    depth = {start: 0}
+    todo = [start]
+    while todo:
+        here = todo.pop(0)
+        onward = [c for c in sorted(callees[here]) if c in anomalous]
+        if here in anomalous:
+            on_path.add(here)
+            if not onward:
+                ends.add(here)
+        for c in onward:
+            if c not in depth:
+                depth[c] = depth[here] + 1
+                todo.append(c)
+    return Walk(frozenset(ends), frozenset(on_path), depth)
+
+
+def seen_at(entity: str, evidence: Iterable[Evidence], cfg: RankConfig) -> FaultClass | None:
+    """What users of ``entity`` saw when no alarm says: the class of its strongest anomalous
+    latency or errors evidence; None when it shows neither (only causes, or nothing)."""
+    own = [e for e in evidence if e.entity == entity and e.fault_class in SYMPTOM_CLASSES
+           and e.score >= cfg.threshold]
+    return max(own, key=lambda e: e.score).fault_class if own else None
 
 
 def symptom_order(ranked: list[RootCause], symptom: Symptom, edges: Iterable[tuple[str, str]],
                   evidence: Iterable[Evidence], cfg: RankConfig) -> list[RootCause]:
     """``ranked`` (the evidence's order) reordered from ``symptom`` along ``edges``
     (caller, callee)."""
-    callees: dict[str, set[str]] = defaultdict(set)
-    for caller, callee in edges:
-        if caller != callee:
-            callees[caller].add(callee)
+    evidence = list(evidence)
+    kind = symptom.fault_class or seen_at(symptom.entity, evidence, cfg)
+    if kind is None:
+        return ranked  # users saw neither latency nor errors there: nothing to walk from
     # Each entity's strongest evidence of the symptom's kind; past the cap it is a tie.
     strength: dict[str, float] = defaultdict(float)
     for e in evidence:
-        if symptom.fault_class is None or e.fault_class is symptom.fault_class:
+        if leads(kind, e.fault_class):
             strength[e.entity] = max(strength[e.entity], min(e.score, cfg.z_cap))
-    anomalous = {e for e, z in strength.items() if z >= cfg.threshold}
-    on_path: set[str] = set()
-    ends: set[str] = set()
-    depth = {symptom.entity: 0}
-    todo = [symptom.entity]
-    while todo:  # breadth first: an entity's depth is its shortest distance from the symptom
-        here = todo.pop(0)
-        onward = [c for c in sorted(callees[here]) if c in anomalous]
-        if here in anomalous:
-            on_path.add(here)
-            if not [c for c in onward if c != here]:
-                ends.add(here)
-        for c in onward:
-            if c not in depth:
-                depth[c] = depth[here] + 1
-                todo.append(c)
-    if not ends:
+    path = walk(symptom.entity, edges, {e for e, z in strength.items() if z >= cfg.threshold})
+    if not path.ends:
         return ranked
     order = {c.entity: i for i, c in enumerate(ranked)}
 
     def key(c: RootCause) -> tuple[int, int, float, int]:
-        group = 0 if c.entity in ends else 1 if c.entity in on_path else 2
+        group = path.group(c.entity)
         if group == 2:
             return group, 0, 0.0, order[c.entity]
         # On the walk, the deeper first (the likelier cause), then the stronger.
-        return group, -depth[c.entity], -strength[c.entity], order[c.entity]
+        return group, -path.depth[c.entity], -strength[c.entity], order[c.entity]
 
     return sorted(ranked, key=key)

@@ -1,4 +1,4 @@
-"""Live metric anomalies: each serving signal's series streamed once through the NAB-chosen
+"""Live metric anomalies: each serving signal's series streamed once through the live metric
 detector, reported as context for incidents about the same model (never an incident alone)."""
 
 from __future__ import annotations

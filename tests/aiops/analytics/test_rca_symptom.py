@@ -52,3 +52,25 @@ def test_a_symptom_that_reaches_nothing_anomalous_changes_nothing() -> None:
     evidence = [_ev("queue", 40), _ev("db", 30)]
     assert _order(evidence, EDGES, Symptom("site")) == ["queue", "db"]
     assert _order(evidence, set(), Symptom("elsewhere")) == ["queue", "db"]
+
+
+def test_a_cause_on_a_callee_carries_the_walk_of_either_kind() -> None:
+    evidence = [_ev("site", 50, ERR), _ev("search", 40, ERR), _ev("db", 9, FaultClass.MEMORY)]
+    # A failing search whose database ran out of memory: the database is where it ends.
+    assert _order(evidence, EDGES, Symptom("site", ERR))[0] == "db"
+
+
+def test_with_no_alarm_the_kind_is_what_the_symptoms_own_evidence_shows() -> None:
+    evidence = [_ev("site", 20, ERR), _ev("site", 2, LAT), _ev("search", 50, ERR),
+                _ev("pay", 90, LAT)]
+    # The site's users saw errors (its latency did not move past the threshold): the walk
+    # follows failing callees, not the louder slow one.
+    assert _order(evidence, EDGES | {("site", "pay")}, Symptom("site"))[0] == "search"
+
+
+def test_a_symptom_that_shows_only_causes_changes_nothing() -> None:
+    # Metrics-only corpora (RCD's Sock Shop): the entry's memory and CPU moved, its latency
+    # and errors were not measured; there is no symptom to walk from.
+    evidence = [_ev("site", 8, FaultClass.MEMORY), _ev("search", 400, FaultClass.CPU),
+                _ev("db", 10, FaultClass.MEMORY)]
+    assert _order(evidence, EDGES, Symptom("site")) == ["search", "db", "site"]

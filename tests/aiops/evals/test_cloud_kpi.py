@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiops.analytics.metric_live import LIVE_DEFAULT, MethodSpec
+from aiops.analytics.metric_live import MethodSpec
 from aiops.evals.cloud_kpi import KpiSeries, labelled_runs, load_corpus, run_windows
 from aiops.evals.detector_transfer import FROZEN, TransferReport, render, run_transfer
-from aiops.evals.nab_loco import BASELINE
+from aiops.evals.nab_loco import BASELINE, NAB_STANDARD_CHOICE
 from aiops.evals.nab_score import CostMatrix, sweep_file
 
 DATASETS = Path(__file__).resolve().parents[3].parent / "shared" / "datasets"
@@ -90,11 +90,11 @@ def test_every_series_loads_and_each_labelled_run_is_an_event(
 
 def test_no_family_takes_part_in_the_choice_it_is_scored_by(report: TransferReport) -> None:
     assert [f.family for f in report.families] == list(FAMILIES)
-    # (a): chosen on NAB's seven categories alone; it is the frozen live default.
+    # (a): chosen on NAB's seven categories alone; it is the frozen NAB_STANDARD_CHOICE.
     assert not set(report.nab_choice.categories) & set(FAMILIES)
     assert len(report.nab_choice.categories) == 7 and report.nab_choice.files == 58
-    assert (report.nab_choice.key, report.nab_choice.threshold) == (FROZEN.key,
-                                                                    LIVE_DEFAULT.threshold)
+    assert (report.nab_choice.key, report.nab_choice.threshold) == (
+        FROZEN.key, NAB_STANDARD_CHOICE.threshold)
     for f in report.families:
         others = tuple(sorted(set(FAMILIES) - {f.family}))
         assert f.lofo_choice.categories == f.lofo_wg_choice.categories == others
