@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from drain3 import TemplateMiner
+from drain3.drain import Drain, LogCluster
 from drain3.template_miner_config import TemplateMinerConfig
 
 from aiops.analytics.logmasks import (
@@ -170,6 +171,23 @@ class _Group:
         return to_loghub(" ".join(out))
 
 
+class _Drain(Drain):  # type: ignore[misc]  # drain3 is untyped
+    """drain3's Drain, except that a message placed in the tree may always differ from a
+    template in one token. Drain wants ``sim_th`` of the tokens to agree, and in a short
+    message one variable is a large share: a 2-token message agrees with its kin on 1/2, so
+    above a threshold of 0.5 every value became a template of its own (Zookeeper's
+    ``Server environment:key=value`` lines at 0.6: 7 templates for 1). Recurring words that
+    are not variables are still kept apart by the enumeration rule, as in long messages.
+    Inert at thresholds up to 0.5, the default's among them."""
+
+    def fast_match(self, cluster_ids: Iterable[int], tokens: list[str], sim_th: float,
+                   include_params: bool) -> LogCluster | None:
+        n = len(tokens)
+        if n >= 2 and not include_params:  # placement only, not the join's full search
+            sim_th = min(sim_th, (n - 1) / n)
+        return super().fast_match(cluster_ids, tokens, sim_th, include_params)
+
+
 class LogTemplates:
     """Streaming template miner: one instance per log stream (service, system).
 
@@ -187,7 +205,7 @@ class LogTemplates:
     speak for other systems.
     """
 
-    def __init__(self, *, sim_th: float = 0.5, depth: int = 4, max_children: int = 100,
+    def __init__(self, *, sim_th: float = 0.4, depth: int = 4, max_children: int = 100,
                  max_clusters: int | None = None, enum_max: int = 3,
                  enum_support: float = 1.0, join_th: float | None = 0.8) -> None:
         config = TemplateMinerConfig()
@@ -199,6 +217,11 @@ class LogTemplates:
         config.masking_instructions = list(_MASKER.masking_instructions)
         config.parametrize_numeric_tokens = True
         self._miner = TemplateMiner(config=config)
+        d = self._miner.drain
+        self._miner.drain = _Drain(sim_th=sim_th, depth=depth, max_children=max_children,
+                                   max_clusters=max_clusters, profiler=d.profiler,
+                                   extra_delimiters=d.extra_delimiters, param_str=d.param_str,
+                                   parametrize_numeric_tokens=True)
         self._group_of: dict[int, int] = {}  # Drain cluster id -> group id
         self._alias: dict[int, int] = {}  # id of a group that joined another -> that group
         self._groups: dict[int, _Group] = {}

@@ -56,6 +56,11 @@ def test_a_variable_keeps_its_key_and_brackets() -> None:
     hosts = ["alpha.example.com", "beta.example.org", "gamma.net", "delta.example.io", "x.y"]
     templates = mine(f"login failed; rhost={h} tty='{h}'" for h in hosts)
     assert set(templates) == {"login failed; rhost=<*> tty='<*>'"}
+    # Half the tokens variable: one template at the default threshold, one per host above
+    # 0.5 (why the choice of setting prefers the lowest threshold the systems tie on).
+    lines = [f"login failed from {h}; rhost={h} tty='{h}'" for h in hosts]
+    assert set(mine(lines)) == {"login failed from <*>; rhost=<*> tty='<*>'"}
+    assert len(set(mine(lines, LogTemplates(sim_th=0.6)))) == len(hosts)
 
 
 def test_a_few_recurring_words_are_an_enumeration_not_a_variable() -> None:
@@ -135,6 +140,19 @@ def test_a_joined_cluster_is_not_new_and_earlier_ids_still_resolve() -> None:
     assert {miner.template_of(m.template_id, b) for m, b in zip(matches, lines, strict=True)
             } == {PROXY}
     assert [t.template for t in miner.templates()] == [PROXY]
+
+
+def test_a_short_message_may_always_differ_in_one_word() -> None:
+    # Two tokens, one a variable: only half agree, under any threshold above 0.5; a
+    # configuration dump must still be one template, not one per key.
+    keys = ["java.vendor=Oracle", "user.name=zookeeper", "os.name=Linux", "user.dir=/",
+            "java.home=/usr/lib/jvm", "os.arch=amd64"]
+    lines = [f"Server environment:{k}" for k in keys]
+    assert mine(lines, LogTemplates(sim_th=0.6)) == ["Server environment:<*>"] * len(keys)
+    assert len(set(mine([f"Server {k} loaded" for k in keys], LogTemplates(sim_th=0.9)))) == 1
+    # A few recurring words are still an enumeration, not a variable.
+    states = ["Server started", "Server stopped"] * 4
+    assert set(mine(states)) == {"Server started", "Server stopped"}
 
 
 def test_a_list_of_values_is_one_template_whatever_its_length() -> None:

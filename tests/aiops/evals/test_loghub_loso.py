@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[3]
 CORPUS = REPO.parent / "shared" / "datasets" / "loghub2k"
 
 A = Setting(0.5, 4, 3, 1.0, None)
-B = Setting(0.4, 4, 0, 1.0, 0.8)
+B = Setting(0.6, 4, 0, 1.0, 0.8)
 C = Setting(0.6, 5, 2, 2.0, None)
 
 
@@ -90,6 +90,18 @@ def test_choose_reads_only_the_systems_it_is_given() -> None:
         choose(scores, [])
 
 
+def test_ties_go_first_to_the_lowest_similarity_threshold() -> None:
+    # Against over-splitting: among settings the systems cannot tell apart, the one that
+    # merges most, even over template counts nearer the truth.
+    grid = [Setting(0.6, 4, 3, 1.0, 0.8), Setting(0.4, 4, 3, 1.0, 0.8),
+            Setting(0.5, 4, 3, 1.0, 0.8)]
+    scores = {"X": [cell(0.9, found=10), cell(0.9 - TIE / 2, found=12), cell(0.9, found=10)]}
+    assert choose(scores, ["X"], grid) == 1
+    assert choose(scores, ["X"]) == 0  # without a grid: counts, then order
+    # A lower threshold further than TIE below the best is not tied.
+    assert choose({"X": [cell(0.9), cell(0.9 - 2 * TIE)]}, ["X"], grid[:2]) == 0
+
+
 def test_ties_go_to_template_counts_nearest_the_truth_then_to_grid_order() -> None:
     near = 0.9 - TIE / 2
     # Within TIE of the best: the setting whose template count is nearest the truth wins...
@@ -137,7 +149,9 @@ def test_run_loso_reports_every_system_and_says_what_was_chosen_on_what(tmp_path
                            ("cupsd shutdown succeeded", "cupsd shutdown succeeded")] * 2)
     report = run_loso(root, grid=[A, B])
     assert [f.held_out for f in report.folds] == ["Auth", "Boot", "Jobs"]
-    assert report.fold("Boot").score.ga == 1.0  # chosen on Auth and Jobs: A (B never enumerates)
+    # Chosen on Auth and Jobs, where both score alike: A, the lower threshold (B never
+    # enumerates).
+    assert report.fold("Boot").score.ga == 1.0
     assert report.fold("Boot").setting == A
     console = Console(width=250, record=True)
     console.print(render_loso(report))
@@ -156,7 +170,7 @@ HELD_OUT_GA = {
     "BGL": 0.981,
     "HDFS": 1.000,
     "HealthApp": 1.000,
-    "Linux": 0.812,  # the enumeration limit chosen on the other six (2) is not Linux's (3)
+    "Linux": 1.000,  # with ties to the lowest sim_th; 0.812 before (enum <= 2 at sim 0.6)
     "OpenSSH": 1.000,
     "Zookeeper": 0.995,
 }
