@@ -82,6 +82,36 @@ def bench_serve(
     console.print(t)
 
 
+@bench_app.command("qos")
+def bench_qos(
+    duration: Annotated[float, typer.Option(help="Seconds of open-loop load per row.")] = 20.0,
+    levels: Annotated[str, typer.Option(
+        help="Batch arrival rates as multiples of capacity, comma-separated (0: realtime "
+             "alone).")] = "0,0.5,1,2",
+    realtime_rps: Annotated[float, typer.Option(help="Realtime requests per second.")] = 5.0,
+    seed: Annotated[int | None, typer.Option(
+        help="Poisson arrivals from this seed (default: evenly spaced).")] = None,
+    max_ongoing: Annotated[int | None, typer.Option(
+        help="Override the model's max_ongoing_requests on both paths (a diagnostic).")
+    ] = None,
+    quick: Annotated[bool, typer.Option(
+        help="A smoke run: levels 0 and 1, 3 s per row.")] = False,
+) -> None:
+    """Realtime latency and batch throughput of the embedding model under a batch flood:
+    aiops' priority classes vs the same with priority off vs a plain Serve FIFO deployment."""
+    from aiops.bench.qos import render, run_qos
+
+    try:
+        parsed = [float(x) for x in levels.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter("numbers separated by commas", param_hint="--levels"
+                                 ) from None
+    if quick:
+        parsed, duration = [0.0, 1.0], 3.0
+    typer.echo(render(run_qos(parsed, duration, realtime_rps, seed=seed,
+                              max_ongoing_requests=max_ongoing)))
+
+
 @bench_app.command("ebpf")
 def bench_ebpf(
     syscalls: Annotated[int, typer.Option(help="Syscalls per timed loop.")] = 2_000_000,

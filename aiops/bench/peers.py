@@ -3,12 +3,13 @@ replica, without aiops. (No ``from __future__ import annotations``, and classes 
 level: FastAPI must resolve ``Request`` in the Serve replica, which imports this module.)
 """
 
+import asyncio
 from typing import Any
 
 from fastapi import FastAPI, Request
 from ray import serve
 
-__all__ = ["bare_app", "bare_fastapi_app"]
+__all__ = ["bare_app", "bare_fastapi_app", "fifo_embedding_app"]
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.1})
@@ -59,3 +60,57 @@ def bare_app(args: dict[str, Any] | None = None) -> Any:
 def bare_fastapi_app(args: dict[str, Any] | None = None) -> Any:
     """Application builder (import path ``aiops.bench.peers:bare_fastapi_app``)."""
     return BareFastApiIngress.bind(BareModel.bind())  # type: ignore[attr-defined]
+
+
+# -- the plain peer of ``aiops bench qos``: the embedding backend behind Serve's own FIFO ----
+
+
+@serve.deployment
+class FifoEmbedder:
+    """The same backend object and call as aiops' ModelReplica.embed (a worker thread per
+    request), without telemetry: requests beyond ``max_ongoing_requests`` wait in Serve's
+    router, first come first served."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        from serve.backends.base import get_backend
+        from serve.specs import ModelSpec
+
+        self.backend: Any = get_backend("onnx_embedding")(ModelSpec.model_validate(spec))
+        self.backend.start()
+
+    async def embed(self, texts: list[str]) -> dict[str, Any]:
+        out = await asyncio.to_thread(self.backend.embed, texts)
+        return {"vectors": out.vectors, "tokens": out.tokens}
+
+
+@serve.deployment(max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.1})
+class FifoIngress:
+    """Plain HTTP entry point taking the OpenAI embeddings body (``model``, ``input``)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    async def __call__(self, request: Request) -> dict[str, Any]:
+        body = await request.json()
+        raw = body["input"]
+        texts = [raw] if isinstance(raw, str) else list(raw)
+        out = await self.model.embed.remote(texts)
+        return {"object": "list", "model": body.get("model", ""),
+                "data": [{"object": "embedding", "index": i, "embedding": v}
+                         for i, v in enumerate(out["vectors"])],
+                "usage": {"prompt_tokens": out["tokens"], "total_tokens": out["tokens"]}}
+
+
+def fifo_embedding_app(args: dict[str, Any]) -> Any:
+    """Application builder (import path ``aiops.bench.peers:fifo_embedding_app``): ``args``
+    holds ``spec`` (a ModelSpec as JSON); the model deployment gets the spec's
+    ``max_ongoing_requests``, replica count (``max_replicas``) and CPU/memory request."""
+    spec = args["spec"]
+    actor: dict[str, Any] = {"num_cpus": spec["resources"]["num_cpus"]}
+    if spec["resources"].get("memory_mb"):
+        actor["memory"] = spec["resources"]["memory_mb"] * 2**20
+    model = FifoEmbedder.options(  # type: ignore[attr-defined]
+        max_ongoing_requests=spec["max_ongoing_requests"],
+        num_replicas=spec["autoscaling"]["max_replicas"],
+        ray_actor_options=actor).bind(spec)
+    return FifoIngress.bind(model)  # type: ignore[attr-defined]

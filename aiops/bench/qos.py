@@ -1,0 +1,352 @@
+"""Priority under load (``aiops bench qos``): does the ingress's admission control keep
+latency-sensitive requests fast while batch requests flood the same model?
+
+One fast model (the embedding model, one replica) is served twice on the same Ray instance:
+through aiops' ingress (admission control, a queue per priority class, ``realtime`` first) and
+as a plain Ray Serve deployment of the same backend (Serve's own FIFO, the same
+``max_ongoing_requests``, replica count and CPU request). The paths run one after another,
+never at once: they share the cores.
+
+1. Capacity of each path: closed loop, ``2 * max_ongoing_requests`` clients, requests/s.
+2. For each load level (a multiple of the larger capacity; 0 is realtime alone), open loop:
+   realtime requests at a steady ``realtime_rps`` and batch requests at ``level * capacity``
+   are sent at their scheduled times whatever is still outstanding. Latency counts from the
+   scheduled time (no coordinated omission). Three configurations per level:
+   ``aiops`` (realtime requests carry ``x-aiops-priority: realtime``), ``aiops, priority off``
+   (the same requests, all labelled ``batch``: the control) and ``serve FIFO``.
+
+Goals: realtime p99 <= 120 ms and <= 1.5x the unloaded p99 of the same
+configuration; batch throughput >= 0.9x the FIFO's at the same level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from aiops.bench.common import free_port, percentile, running_server
+from serve.ingress import PRIORITY_HEADER
+from serve.specs import DEFAULT_SPECS_FILE, ModelSpec, load_specs
+
+__all__ = ["AIOPS", "AIOPS_OFF", "CONFIGS", "FIFO", "ClassStats", "QosReport", "QosRow",
+           "Sample", "render", "run_qos", "schedule", "summarize"]
+
+AIOPS = "aiops"
+AIOPS_OFF = "aiops, priority off"
+FIFO = "serve FIFO"
+CONFIGS = (AIOPS, AIOPS_OFF, FIFO)
+REALTIME, BATCH = "realtime", "batch"
+P99_GOAL_MS = 120.0
+P99_GROWTH_GOAL = 1.5
+THROUGHPUT_GOAL = 0.9
+TEXT = ("Ray Serve replicas answer embedding requests for a search index while nightly "
+        "batch jobs re-embed the whole catalogue on the same two CPU cores.")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One request: its class, HTTP status (0: no answer), latency from its scheduled send
+    time, when it finished (seconds after the level started), and how late it was sent."""
+
+    cls: str
+    status: int
+    latency_ms: float
+    finished_s: float
+    send_lag_ms: float = 0.0  # how late the client sent it (the load generator's own lag)
+
+
+@dataclass(frozen=True)
+class ClassStats:
+    sent: int
+    ok: int
+    shed: int  # 429
+    errors: int  # any other status, or no answer
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    throughput_rps: float  # 200s that finished inside the send window, per second
+    send_lag_p99_ms: float = 0.0  # the client's lag behind the schedule (validity check)
+
+
+@dataclass(frozen=True)
+class QosRow:
+    config: str
+    level: float  # batch arrivals as a multiple of capacity
+    batch_rps: float  # offered
+    realtime: ClassStats
+    batch: ClassStats
+    drain_s: float = 0.0  # after the row, until one request answered in < 100 ms again
+
+
+@dataclass(frozen=True)
+class QosReport:
+    model: str
+    max_ongoing_requests: int
+    replicas: int
+    max_queue: int
+    duration_s: float
+    realtime_rps: float
+    capacity_rps: dict[str, float]
+    rows: list[QosRow] = field(default_factory=list)
+
+    def row(self, config: str, level: float) -> QosRow | None:
+        return next((r for r in self.rows if r.config == config and r.level == level), None)
+
+    def unloaded_p99_ms(self, config: str) -> float:
+        row = self.row(config, 0.0)
+        return row.realtime.p99_ms if row is not None else float("nan")
+
+
+def schedule(rate: float, duration_s: float, offset_s: float = 0.0,
+             seed: int | None = None) -> list[float]:
+    """Send times (seconds after the start) of an open-loop stream: evenly spaced at
+    ``rate``/s from ``offset_s``, or Poisson arrivals at that mean rate with ``seed``."""
+    if rate <= 0 or duration_s <= 0:
+        return []
+    if seed is None:
+        n = math.ceil(rate * duration_s)
+        times = [offset_s + i / rate for i in range(n)]
+    else:
+        rng, times, t = random.Random(seed), [], offset_s
+        while True:
+            t += rng.expovariate(rate)
+            if t >= offset_s + duration_s:
+                break
+            times.append(t)
+    return [t for t in times if t < duration_s]
+
+
+def summarize(samples: Sequence[Sample], cls: str, duration_s: float) -> ClassStats:
+    """Per-class figures; latency percentiles over the requests answered 200."""
+    mine = [s for s in samples if s.cls == cls]
+    ok = [s for s in mine if s.status == 200]
+    lat = [s.latency_ms for s in ok]
+    nan = float("nan")
+    in_window = sum(1 for s in ok if s.finished_s <= duration_s)
+    return ClassStats(
+        sent=len(mine), ok=len(ok), shed=sum(1 for s in mine if s.status == 429),
+        errors=sum(1 for s in mine if s.status not in (200, 429)),
+        p50_ms=percentile(lat, 50) if lat else nan, p95_ms=percentile(lat, 95) if lat else nan,
+        p99_ms=percentile(lat, 99) if lat else nan,
+        throughput_rps=in_window / duration_s if duration_s > 0 else nan,
+        send_lag_p99_ms=percentile([s.send_lag_ms for s in mine], 99) if mine else nan)
+
+
+# -- load ----------------------------------------------------------------------------------
+
+
+def _target(url: str, config: str, model: str) -> tuple[str, dict[str, Any]]:
+    path = "/fifo" if config == FIFO else "/v1/embeddings"
+    return f"{url}{path}", {"model": model, "input": TEXT}
+
+
+def _headers(config: str, cls: str) -> dict[str, str]:
+    if config == FIFO:
+        return {}
+    if config == AIOPS_OFF:
+        return {PRIORITY_HEADER: BATCH}
+    return {PRIORITY_HEADER: cls}
+
+
+def _client(timeout_s: float) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=timeout_s, limits=httpx.Limits(
+        max_connections=2000, max_keepalive_connections=2000))
+
+
+async def _open_loop(url: str, config: str, model: str, realtime: list[float],
+                     batch: list[float], timeout_s: float) -> list[Sample]:
+    target, body = _target(url, config, model)
+    samples: list[Sample] = []
+    async with _client(timeout_s) as client:
+        loop = asyncio.get_running_loop()
+        start = loop.time() + 0.2
+
+        async def one(cls: str, at: float) -> None:
+            await asyncio.sleep(max(0.0, start + at - loop.time()))
+            lag = loop.time() - start - at
+            try:
+                r = await client.post(target, json=body, headers=_headers(config, cls))
+                status = r.status_code
+            except httpx.HTTPError:
+                status = 0
+            end = loop.time()
+            samples.append(Sample(cls, status, (end - start - at) * 1000, end - start,
+                                  lag * 1000))
+
+        await asyncio.gather(*(one(REALTIME, t) for t in realtime),
+                             *(one(BATCH, t) for t in batch))
+    return samples
+
+
+async def _closed_loop(url: str, config: str, model: str, clients: int,
+                       duration_s: float) -> float:
+    target, body = _target(url, config, model)
+    done = 0
+    async with _client(60.0) as client:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + duration_s
+
+        async def worker() -> None:
+            nonlocal done
+            while loop.time() < end:
+                try:
+                    r = await client.post(target, json=body, headers=_headers(config, BATCH))
+                except httpx.HTTPError:
+                    continue
+                if r.status_code == 200:
+                    done += 1
+
+        started = loop.time()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        return done / (loop.time() - started)
+
+
+async def _settle(url: str, config: str, model: str, under_ms: float, limit_s: float) -> float:
+    """Wait until one request on ``config``'s path answers within ``under_ms`` (a backlog left
+    by the previous row would otherwise take CPU from the next); the seconds it took."""
+    target, body = _target(url, config, model)
+    async with _client(limit_s) as client:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while loop.time() - started < limit_s:
+            t = loop.time()
+            try:
+                r = await client.post(target, json=body, headers=_headers(config, BATCH))
+                if r.status_code == 200 and (loop.time() - t) * 1000 < under_ms:
+                    break
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.5)
+        return loop.time() - started
+
+
+def _spec(max_ongoing_requests: int | None = None) -> ModelSpec:
+    """The shipped embedding spec, one replica (``max_replicas`` 1: the ingress's capacity is
+    that replica's ``max_ongoing_requests``)."""
+    spec = next(s for s in load_specs(DEFAULT_SPECS_FILE) if s.backend == "onnx_embedding")
+    update: dict[str, Any] = {"autoscaling": spec.autoscaling.model_copy(
+        update={"min_replicas": 1, "max_replicas": 1})}
+    if max_ongoing_requests is not None:
+        update["max_ongoing_requests"] = max_ongoing_requests
+    return spec.model_copy(update=update)
+
+
+def run_qos(levels: Sequence[float] = (0.0, 0.5, 1.0, 2.0), duration_s: float = 20.0,
+            realtime_rps: float = 5.0, capacity_s: float = 5.0, timeout_s: float = 60.0,
+            configs: Sequence[str] = CONFIGS, seed: int | None = None,
+            max_ongoing_requests: int | None = None) -> QosReport:
+    """The whole benchmark (Ray and Serve started once); ``seed`` makes the arrivals Poisson
+    (evenly spaced without it); ``max_ongoing_requests`` overrides the spec's on both paths
+    (a diagnostic: how many batch requests a realtime one can find ahead of it)."""
+    import ray
+    from ray import serve
+    from ray.serve._private.api import serve_start
+
+    from serve.app import deploy_config
+    from serve.runner import ray_deployer
+    from serve.telemetry import TelemetryConfig
+
+    spec = _spec(max_ongoing_requests)
+    with tempfile.TemporaryDirectory(prefix="aiops-bench-") as tmp, \
+            running_server(Path(tmp)) as (settings, _):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        ray.init(address="local", num_cpus=2, include_dashboard=False,
+                 logging_level=logging.WARNING, log_to_driver=False)
+        try:
+            client = serve_start(http_options={"host": "127.0.0.1", "port": port})
+            config = deploy_config([spec], TelemetryConfig(settings.server_url, 1.0), {})
+            config["applications"].append({
+                "name": "fifo", "route_prefix": "/fifo",
+                "import_path": "aiops.bench.peers:fifo_embedding_app",
+                "args": {"spec": spec.model_dump(mode="json")}})
+            ray_deployer(client, 300)(config)
+
+            paths = {c: (FIFO if c == FIFO else AIOPS) for c in configs}
+            capacity: dict[str, float] = {}
+            for path in dict.fromkeys(paths.values()):
+                asyncio.run(_closed_loop(url, path, spec.name, 4, 2.0))  # warm-up
+                capacity[path] = asyncio.run(_closed_loop(
+                    url, path, spec.name, 2 * spec.max_ongoing_requests, capacity_s))
+            reference = max(capacity.values())
+
+            rows: list[QosRow] = []
+            for level in levels:
+                batch_rps = level * reference
+                rt = schedule(realtime_rps, duration_s, 0.5 / realtime_rps, seed)
+                bt = schedule(batch_rps, duration_s, 0.0, None if seed is None else seed + 1)
+                for config_name in configs:
+                    samples = asyncio.run(_open_loop(url, config_name, spec.name, rt, bt,
+                                                     timeout_s))
+                    drain = asyncio.run(_settle(url, config_name, spec.name, 100.0,
+                                                3 * timeout_s))
+                    rows.append(QosRow(config_name, level, batch_rps,
+                                       summarize(samples, REALTIME, duration_s),
+                                       summarize(samples, BATCH, duration_s), drain))
+            serve.shutdown()  # type: ignore[no-untyped-call]
+        finally:
+            ray.shutdown()
+    return QosReport(model=spec.name, max_ongoing_requests=spec.max_ongoing_requests,
+                     replicas=spec.autoscaling.max_replicas, max_queue=spec.qos.max_queue,
+                     duration_s=duration_s, realtime_rps=realtime_rps,
+                     capacity_rps=capacity, rows=rows)
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def _ms(v: float) -> str:
+    return "-" if v != v else f"{v:,.0f}"
+
+
+def _verdict(report: QosReport, row: QosRow) -> str:
+    """Goal check of one row: realtime p99 vs 120 ms and vs 1.5x unloaded; batch vs FIFO."""
+    p99, unloaded = row.realtime.p99_ms, report.unloaded_p99_ms(row.config)
+    parts = []
+    if p99 != p99:
+        parts.append("no realtime answered")
+    else:
+        parts.append("p99 ok" if p99 <= P99_GOAL_MS else "p99 > 120")
+        if row.level > 0 and unloaded == unloaded:
+            parts.append(f"{p99 / unloaded:.1f}x unloaded")
+    fifo = report.row(FIFO, row.level)
+    if row.config != FIFO and row.level > 0 and fifo is not None \
+            and fifo.batch.throughput_rps > 0:
+        parts.append(f"batch {row.batch.throughput_rps / fifo.batch.throughput_rps:.2f}x FIFO")
+    return ", ".join(parts)
+
+
+def render(report: QosReport) -> str:
+    """The report as a markdown table, one row per (level, configuration)."""
+    cap = ", ".join(f"{k} {v:,.1f} req/s" for k, v in report.capacity_rps.items())
+    lines = [
+        f"model {report.model}: {report.replicas} replica(s), max_ongoing_requests "
+        f"{report.max_ongoing_requests}, max_queue {report.max_queue} per class; "
+        f"capacity (closed loop): {cap}; realtime {report.realtime_rps:g} req/s; "
+        f"{report.duration_s:g} s per row",
+        "",
+        "| level | batch offered (req/s) | config | realtime p50 / p95 / p99 (ms) | realtime "
+        "429 / err | batch p50 / p99 (ms) | batch done (req/s) | batch 429 / err | goals | "
+        "client lag p99 (ms) | drain (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report.rows:
+        rt, b = r.realtime, r.batch
+        lines.append(
+            f"| {r.level:g}x | {r.batch_rps:,.1f} | {r.config} | "
+            f"{_ms(rt.p50_ms)} / {_ms(rt.p95_ms)} / {_ms(rt.p99_ms)} | "
+            f"{rt.shed} / {rt.errors} of {rt.sent} | "
+            f"{_ms(b.p50_ms)} / {_ms(b.p99_ms)} | {b.throughput_rps:,.1f} | "
+            f"{b.shed} / {b.errors} of {b.sent} | {_verdict(report, r)} | "
+            f"{_ms(max(rt.send_lag_p99_ms, b.send_lag_p99_ms if b.sent else 0.0))} | "
+            f"{r.drain_s:,.0f} |")
+    return "\n".join(lines)
