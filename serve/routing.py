@@ -76,6 +76,11 @@ def _capacity(spec: ModelSpec) -> int:
     return spec.autoscaling.max_replicas * spec.max_ongoing_requests
 
 
+def _class_caps(spec: ModelSpec) -> dict[Priority, int]:
+    cap = spec.qos.batch_max_in_flight
+    return {} if cap is None else {Priority.BATCH: cap}
+
+
 def build_routes(table: dict[str, Any], previous: dict[str, ModelRoute],
                  get_handle: Callable[[str, str], Any]) -> dict[str, ModelRoute]:
     gates = {v.deployment: v.gate for r in previous.values() for v in r.versions}
@@ -89,10 +94,12 @@ def build_routes(table: dict[str, Any], previous: dict[str, ModelRoute],
             gate = gates.get(e["deployment"])
             if gate is None:
                 gate = AdmissionController(_capacity(spec),
-                                           {p: spec.qos.max_queue for p in Priority})
+                                           {p: spec.qos.max_queue for p in Priority},
+                                           max_in_flight=_class_caps(spec))
             else:  # keep the live counters, take the new limits
                 gate.capacity = _capacity(spec)
                 gate.max_queue = {p: spec.qos.max_queue for p in Priority}
+                gate.max_in_flight = _class_caps(spec)
             handle = handles.get(e["deployment"]) or get_handle(e["deployment"], e["app"])
             validator = (jsonschema.Draft202012Validator(spec.input_schema)
                          if spec.input_schema else None)

@@ -168,6 +168,10 @@ class QoS(_Strict):
     priority: Priority = Priority.REALTIME
     timeout_s: float = Field(60.0, gt=0, description="Per-request deadline at the ingress.")
     max_queue: int = Field(16, ge=0, description="Requests of one class that may wait; 429 above.")
+    batch_max_in_flight: int | None = Field(
+        None, ge=1, description="Batch requests in flight at once (None: up to the capacity); "
+        "the slots above stay free for realtime ones, which otherwise wait behind admitted "
+        "batch work in the replica.")
     slo: SLO = SLO()
 
 

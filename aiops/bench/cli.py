@@ -94,6 +94,8 @@ def bench_qos(
     max_ongoing: Annotated[int | None, typer.Option(
         help="Override the model's max_ongoing_requests on both paths (a diagnostic).")
     ] = None,
+    batch_max_in_flight: Annotated[int | None, typer.Option(
+        help="Set the model's qos.batch_max_in_flight on aiops' path.")] = None,
     quick: Annotated[bool, typer.Option(
         help="A smoke run: levels 0 and 1, 3 s per row.")] = False,
 ) -> None:
@@ -109,7 +111,8 @@ def bench_qos(
     if quick:
         parsed, duration = [0.0, 1.0], 3.0
     typer.echo(render(run_qos(parsed, duration, realtime_rps, seed=seed,
-                              max_ongoing_requests=max_ongoing)))
+                              max_ongoing_requests=max_ongoing,
+                              batch_max_in_flight=batch_max_in_flight)))
 
 
 @bench_app.command("ebpf")

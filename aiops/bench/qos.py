@@ -229,21 +229,26 @@ async def _settle(url: str, config: str, model: str, under_ms: float, limit_s: f
         return loop.time() - started
 
 
-def _spec(max_ongoing_requests: int | None = None) -> ModelSpec:
+def _spec(max_ongoing_requests: int | None = None,
+          batch_max_in_flight: int | None = None) -> ModelSpec:
     """The shipped embedding spec, one replica (``max_replicas`` 1: the ingress's capacity is
-    that replica's ``max_ongoing_requests``)."""
+    that replica's ``max_ongoing_requests``); ``batch_max_in_flight`` sets the spec's
+    ``qos.batch_max_in_flight`` (aiops' path only: plain Serve has no classes)."""
     spec = next(s for s in load_specs(DEFAULT_SPECS_FILE) if s.backend == "onnx_embedding")
     update: dict[str, Any] = {"autoscaling": spec.autoscaling.model_copy(
         update={"min_replicas": 1, "max_replicas": 1})}
     if max_ongoing_requests is not None:
         update["max_ongoing_requests"] = max_ongoing_requests
+    if batch_max_in_flight is not None:
+        update["qos"] = spec.qos.model_copy(update={"batch_max_in_flight": batch_max_in_flight})
     return spec.model_copy(update=update)
 
 
 def run_qos(levels: Sequence[float] = (0.0, 0.5, 1.0, 2.0), duration_s: float = 20.0,
             realtime_rps: float = 5.0, capacity_s: float = 5.0, timeout_s: float = 60.0,
             configs: Sequence[str] = CONFIGS, seed: int | None = None,
-            max_ongoing_requests: int | None = None) -> QosReport:
+            max_ongoing_requests: int | None = None,
+            batch_max_in_flight: int | None = None) -> QosReport:
     """The whole benchmark (Ray and Serve started once); ``seed`` makes the arrivals Poisson
     (evenly spaced without it); ``max_ongoing_requests`` overrides the spec's on both paths
     (a diagnostic: how many batch requests a realtime one can find ahead of it)."""
@@ -255,7 +260,7 @@ def run_qos(levels: Sequence[float] = (0.0, 0.5, 1.0, 2.0), duration_s: float = 
     from serve.runner import ray_deployer
     from serve.telemetry import TelemetryConfig
 
-    spec = _spec(max_ongoing_requests)
+    spec = _spec(max_ongoing_requests, batch_max_in_flight)
     with tempfile.TemporaryDirectory(prefix="aiops-bench-") as tmp, \
             running_server(Path(tmp)) as (settings, _):
         port = free_port()
