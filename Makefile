@@ -11,7 +11,7 @@ EXTRAS ?= serve,analytics,agent,demo,dashboards,dev
 # dashboard tests run every PromQL panel query against; clang, for the sanitizer build of the
 # OTLP decoder that `make fuzz` and the test run's fuzz smoke use.
 ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
-DEB_PACKAGES := build-essential cmake python3-bpfcc linux-headers-$(ARCH) prometheus clang
+DEB_PACKAGES := build-essential cmake python3-bpfcc linux-headers-$(ARCH) prometheus clang postgresql
 # Where the running kernel ships no headers, bcc gets this merged tree (BCC_KERNEL_SOURCE).
 KERNEL_HEADERS := .build/kernel-headers
 
@@ -27,7 +27,7 @@ VLLM_STAMP := $(VLLM_VENV)/.aiops-installed
 PHOENIX_VENV ?= .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
 
-.PHONY: demo test test-fast bench lint install llama-wheel vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean fuzz-build fuzz fuzz-smoke fuzz-coverage fuzz-analyze
+.PHONY: demo demo-lake test test-fast bench lint install llama-wheel vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean fuzz-build fuzz fuzz-smoke fuzz-coverage fuzz-analyze
 
 install: sysdeps $(STAMP) ebpf-setup
 
@@ -147,6 +147,10 @@ test-fast: install
 
 demo: install
 	$(BIN)/aiops demo
+
+# Two aiops servers on one DuckLake (a throwaway PostgreSQL catalog): docs/scaling.md.
+demo-lake: install
+	$(BIN)/python -m aiops.demo.lake
 
 phoenix-env: $(PHOENIX_STAMP)
 

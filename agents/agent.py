@@ -109,7 +109,7 @@ class Agent:
 
     def known_versions(self) -> list[str]:
         rows = self.box.store.query(
-            "SELECT DISTINCT attributes->>'aiops.model.version' FROM spans", [], 200).rows
+            "SELECT DISTINCT (attributes->>'aiops.model.version') FROM spans", [], 200).rows
         return [r[0] for r in rows if r[0]]
 
     # -- reading the question -----------------------------------------------------------------

@@ -133,6 +133,7 @@ def server(ctx: typer.Context) -> None:
 
     from aiops.auth import ADMIN_TOKEN_FILE, ensure_secret
     from aiops.fileperms import private_umask
+    from aiops.lake import LakeOptions
     from aiops.logs import configure_json_logging
     from aiops.server.app import create_app
     from aiops.server.connections import uvicorn_config
@@ -153,7 +154,8 @@ def server(ctx: typer.Context) -> None:
     private_umask()
     try:
         store = Store(settings.db_path, memory_limit_mb=settings.duckdb_memory_mb,
-                      trace_index=settings.store_trace_index, witness=from_settings(settings))
+                      trace_index=settings.store_trace_index, witness=from_settings(settings),
+                      lake=LakeOptions.of(settings))
         store.witness_heads()
         if not settings.admin_token:
             ensure_secret(settings.data_dir / ADMIN_TOKEN_FILE)

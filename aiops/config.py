@@ -146,6 +146,27 @@ class Settings(BaseSettings):
         "0 keeps everything in DuckDB.")
     retention_interval_s: float = Field(300.0, gt=0, description="Seconds between retention "
                                         "runs.")
+    storage_backend: Literal["duckdb", "ducklake"] = Field(
+        "duckdb", description="`duckdb`: one server, one DuckDB file (the default; nothing else "
+        "to run). `ducklake`: several servers share one DuckLake (PostgreSQL catalog, Parquet "
+        "on shared storage); each keeps its recent rows in its own file for detection and "
+        "commits them to the lake, and `<table>_all` reads every server's (docs/scaling.md).")
+    lake_catalog: str = Field(
+        "", description="libpq connection string of the lake's PostgreSQL catalog database "
+        "(`dbname=aiops_lake host=db.internal user=aiops`); keep the password in `~/.pgpass` "
+        "or `PGPASSFILE`, not here.")
+    lake_data_path: Path | None = Field(
+        None, description="Directory of the lake's Parquet files, on storage every server "
+        "mounts at the same path.")
+    server_id: str = Field(
+        "", max_length=128, description="This server's name in the lake, on every row it "
+        "commits; stable across restarts (a restarted server resumes by it). Empty: "
+        "`<hostname>:<server_port>`.")
+    lake_commit_interval_s: float = Field(
+        5.0, gt=0, le=3600, description="Seconds between commits of new rows to the lake.")
+    lake_upkeep_interval_s: float = Field(
+        3600.0, ge=0, description="Seconds between lake upkeep runs (merging small files, "
+        "expiring snapshots older than an hour); 0: never.")
     sql_row_limit: int = Field(
         10_000, ge=1, description="Most rows the read-only SQL endpoint returns for one query."
     )
@@ -340,6 +361,13 @@ class Settings(BaseSettings):
     @property
     def db_path(self) -> Path:
         return self.data_dir / self.db_file
+
+    @model_validator(mode="after")
+    def _lake_named(self) -> Settings:
+        if self.storage_backend == "ducklake" and not (self.lake_catalog
+                                                       and self.lake_data_path):
+            raise ValueError("storage_backend = ducklake needs lake_catalog and lake_data_path")
+        return self
 
     @model_validator(mode="after")
     def _tls_files(self) -> Settings:

@@ -44,7 +44,7 @@ REPLICA = "ray.serve.replica"
 # The replica a span came from, as SQL over the spans table: Serve's replica id (aiops' own
 # serving and the zero-code exporter both set it). Not the OpenTelemetry SDK's
 # `service.instance.id`: the SDK makes one per process, and one vLLM server exports from three.
-SPAN_REPLICA = f"resource_attributes->>'{REPLICA}'"
+SPAN_REPLICA = f"(resource_attributes->>'{REPLICA}')"
 
 # Per-deployment fields that scale a release rather than change it.
 SCALING_FIELDS = frozenset({"num_replicas", "autoscaling_config"})

@@ -66,7 +66,7 @@ def derivations(attr: Accessor, resource: Accessor) -> dict[str, str]:
 
 # Over a row's raw JSON: how a reader of raw rows (archived Parquet written before the columns
 # existed, migration 9 for rows stored before) derives each column.
-_RAW = derivations(lambda k: f"attributes->>'{k}'", lambda k: f"resource_attributes->>'{k}'")
+_RAW = derivations(lambda k: f"(attributes->>'{k}')", lambda k: f"(resource_attributes->>'{k}')")
 MODEL_SQL = _RAW[MODEL]
 VERSION_SQL = _RAW[VERSION]
 REPLICA_SQL = _RAW[REPLICA]
@@ -74,7 +74,7 @@ HTTP_STATUS_SQL = _RAW[HTTP_STATUS]
 FAILED_SQL = _RAW[FAILED]
 # On aiops' ingress, the model version a request was routed to (NULL before routing: the
 # ingress's own ``service.version`` is its release, not a model's).
-ROUTED_VERSION_SQL = f"attributes->>'{MODEL_VERSION_ATTR}'"
+ROUTED_VERSION_SQL = f"(attributes->>'{MODEL_VERSION_ATTR}')"
 
 # Arrow schema metadata (key, value) of a spans batch whose OTLP decoder derived the columns
 # itself, as ``ingest_select`` would from the same row (collectors/otlp/derive.py, _wire.pyx):

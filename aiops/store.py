@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import tempfile
 import threading
 import time
 import weakref
@@ -22,7 +23,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from aiops import sqlguard
+from aiops import sqlguard, store_archive
 from aiops.errors import (
     QueryRejected,
     QueryTimeout,
@@ -31,6 +32,7 @@ from aiops.errors import (
     StoreError,
 )
 from aiops.fileperms import private_dir, private_file
+from aiops.lake import CommitResult, Lake, LakeOptions
 from aiops.ledger import CHAINED_TABLES, GENESIS, Anchor, link_entries
 from aiops.migrations import apply_migrations
 from aiops.querywatch import QueryWatch
@@ -44,6 +46,8 @@ log = logging.getLogger(__name__)
 
 # Statements the read-only path accepts. EXPLAIN is harmless and useful when tuning queries.
 TRACE_INDEX = "spans_trace_id"
+# DuckDB 2 refuses to close a connection a cursor is in a call on; 1.5 has no such error.
+_IN_USE: type[Exception] = getattr(duckdb, "ResourceInUseException", duckdb.ConnectionException)
 _READ_TYPES = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
 
 
@@ -60,7 +64,8 @@ class Store:
     private (``aiops.fileperms``); ``witness`` gets each new head of a hash-chained table."""
 
     def __init__(self, path: Path | None, memory_limit_mb: int | None = None,
-                 trace_index: bool | None = None, witness: Witness | None = None) -> None:
+                 trace_index: bool | None = None, witness: Witness | None = None,
+                 lake: LakeOptions | None = None) -> None:
         self.path = path
         self.witness = witness
         # Hash-chained tables: their head (seq, hash), and an anchor file beside the database.
@@ -85,11 +90,20 @@ class Store:
         # (read_csv('/etc/...'), COPY, ATTACH, extensions) except the Parquet archive of
         # retention, and nothing may switch that back on.
         self.archive_dir = (path.parent / "archive") if path is not None else None
+        allowed = []
         if self.archive_dir is not None:
             self.archive_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             for archived in (self.archive_dir, *self.archive_dir.rglob("*")):
                 private_file(archived)  # ours, also those from before files were private
-            self._conn.execute("SET allowed_directories = [?]", [str(self.archive_dir)])
+            allowed.append(str(self.archive_dir))
+        # The lake (its catalog and data path) is reached only through the attached database.
+        self.lake = Lake(lake, TIME_SERIES_TABLES) if lake is not None else None
+        if self.lake is not None and lake is not None:
+            self.lake.attach(self._conn, path.parent / "extensions" if path is not None
+                             else Path(tempfile.mkdtemp(prefix="aiops-extensions-")))
+            allowed.append(str(lake.data_path.absolute()))
+        if allowed:
+            self._conn.execute("SET allowed_directories = ?", [allowed])
         # DuckDB sizes its thread pool from the machine; respect the CPUs this process may
         # actually use (taskset, cgroup cpusets), or its threads contend for them.
         self._conn.execute(f"SET threads = {max(1, len(os.sched_getaffinity(0)))}")
@@ -145,15 +159,19 @@ class Store:
                 for i, (t, data, given) in enumerate(prepared):
                     view = f"_append_{i}"
                     cur.register(view, data)
-                    cur.execute(f"INSERT INTO {t.name} {t.insert_select(view, given)}")
+                    select = t.insert_select(view, given)
+                    cur.execute(f"INSERT INTO {t.name} {select}")
+                    if self.lake is not None and (copy := self.lake.outbox_insert(t.name,
+                                                                                  select)):
+                        cur.execute(copy)  # for the lake, in the same transaction
                     cur.unregister(view)
                 cur.execute("COMMIT")
             except (duckdb.ConversionException, duckdb.InvalidInputException,
                     duckdb.ConstraintException) as exc:
-                cur.execute("ROLLBACK")  # the rows' own values: retrying will not help
+                _rollback(cur)  # the rows' own values: retrying will not help
                 raise SchemaMismatch(f"rows refused: {exc}") from exc
             except duckdb.Error as exc:
-                cur.execute("ROLLBACK")
+                _rollback(cur)
                 raise StoreError(f"append failed: {exc}") from exc
             finally:
                 cur.close()
@@ -203,69 +221,27 @@ class Store:
     # -- retention -------------------------------------------------------------------------
 
     def archive(self, table_name: str, cutoff_ns: int) -> int:
-        """Move rows of ``table_name`` older than ``cutoff_ns`` to a Parquet file in the
-        archive (queryable through the view ``<table>_all``); return how many moved.
-
-        The file is written first and recorded, with the delete, in one transaction: a crash
-        in between leaves a file no run recorded, which the next run removes.
-        """
-        t = table(table_name)
-        column = _TIME_COLUMNS[t.name]
-        if self.archive_dir is None:
-            raise StoreError("an in-memory store has no archive")
-        folder = self.archive_dir / t.name
-        folder.mkdir(mode=0o700, exist_ok=True)
-        with self._write_lock:
-            self._drop_unrecorded(folder)
-            cur = self._cursor()
-            try:
-                where = f"{column} < make_timestamp_ns(?)"
-                (n,) = cur.execute(f"SELECT count(*) FROM {t.name} WHERE {where}",
-                                   [cutoff_ns]).fetchone() or (0,)
-                if not n:
-                    return 0
-                path = folder / f"{t.name}-until-{cutoff_ns}.parquet"
-                cur.execute(f"COPY (SELECT * FROM {t.name} WHERE {where} ORDER BY {column}) "
-                            f"TO '{path}' (FORMAT parquet, COMPRESSION zstd)", [cutoff_ns])
-                private_file(path)
-                cur.execute("BEGIN TRANSACTION")
-                cur.execute(f"DELETE FROM {t.name} WHERE {where}", [cutoff_ns])
-                cur.execute("INSERT INTO retention_runs VALUES (?, make_timestamp_ns(?), ?, ?, "
-                            "now())", [t.name, cutoff_ns, path.name, n])
-                cur.execute("COMMIT")
-            except duckdb.Error as exc:
-                with contextlib.suppress(duckdb.Error):
-                    cur.execute("ROLLBACK")
-                raise StoreError(f"archiving {t.name} failed: {exc}") from exc
-            finally:
-                cur.close()
-            self._refresh_archive_views()
-            self._private_files()
-        log.info("archived %d rows of %s older than %d", n, t.name, cutoff_ns)
-        return int(n)
-
-    def _drop_unrecorded(self, folder: Path) -> None:
-        with self._cursor() as cur:
-            recorded = {r[0] for r in cur.execute(
-                "SELECT file FROM retention_runs WHERE table_name = ?", [folder.name]
-            ).fetchall()}
-        for f in folder.glob("*.parquet"):
-            if f.name not in recorded:
-                log.warning("removing %s: its archive run never committed", f)
-                f.unlink()
+        """Move rows of ``table_name`` older than ``cutoff_ns`` out of the database (to the
+        archive, or nowhere with a lake: it has them); return how many moved."""
+        return store_archive.archive(self, table_name, cutoff_ns)
 
     def _refresh_archive_views(self) -> None:
-        """``<table>_all``: live rows plus the archived ones, for every time-series table."""
-        for name in _TIME_COLUMNS:
-            folder = self.archive_dir / name if self.archive_dir is not None else None
-            source = f"SELECT * FROM {name}"
-            with self._cursor() as cur:
-                if folder is not None and any(True for _ in folder.glob("*.parquet")):
-                    files = f"read_parquet('{folder}/*.parquet', union_by_name = true)"
-                    present = {r[0] for r in cur.execute(f"DESCRIBE SELECT * FROM {files}")
-                               .fetchall()}
-                    source += f" UNION ALL BY NAME {table(name).archived_select(files, present)}"
-                cur.execute(f"CREATE OR REPLACE VIEW {name}_all AS {source}")
+        store_archive.refresh_views(self)
+
+    # -- the lake (``aiops.lake``) ------------------------------------------------------------
+
+    def commit_lake(self) -> CommitResult:
+        """Move the rows the lake does not hold yet into it (StoreError where it fails)."""
+        if self.lake is None:
+            raise StoreError("no lake is attached")
+        return self.lake.commit(self._cursor, lambda: self._write_lock)
+
+    def lake_waiting(self) -> int:
+        return 0 if self.lake is None else self.lake.waiting(self._cursor)
+
+    def lake_upkeep(self) -> None:
+        if self.lake is not None:
+            self.lake.upkeep(self._cursor)
 
     def anchor(self, table_name: str) -> Anchor | None:
         """Where the head of a hash-chained table is kept, outside the database."""
@@ -445,7 +421,7 @@ class Store:
                         self._conn.close()
                         self._closed = True
                         return
-                    except duckdb.ResourceInUseException as exc:
+                    except _IN_USE as exc:
                         if time.monotonic() > deadline:
                             raise StoreError(f"cannot close the database: {exc}") from exc
                 time.sleep(0.01)  # the interrupted statements unwind in their threads
@@ -481,6 +457,12 @@ _TOO_MUCH_MEMORY = ("the query needed more than {mib} of memory: select fewer ro
                     "smaller values, or aggregate")
 
 
+def _rollback(cur: duckdb.DuckDBPyConnection) -> None:
+    """Roll back what is left: a failed COMMIT has ended the transaction already."""
+    with contextlib.suppress(duckdb.TransactionException):
+        cur.execute("ROLLBACK")
+
+
 def _approx_bytes(value: Any) -> int:
     """About how many bytes a fetched value takes: its text or bytes, or a machine word."""
     if isinstance(value, str | bytes | bytearray):
@@ -492,6 +474,5 @@ def _approx_bytes(value: Any) -> int:
     return 8
 
 
-# Time-series tables and the column retention ages them by.
-_TIME_COLUMNS = {"spans": "start_time", "logs": "time", "metric_points": "time"}
-TIME_SERIES_TABLES = tuple(_TIME_COLUMNS)
+# Time-series tables: retention ages them, the lake holds them.
+TIME_SERIES_TABLES = tuple(store_archive.TIME_COLUMNS)

@@ -93,7 +93,7 @@ def ebpf() -> Board:
         table_panel("Probes", "Whether each probe is attached now (0 with the error when it "
                     "failed).", Infinity.sql(
                         f"""{RANGE}
-                        SELECT attributes->>'probe' AS probe,
+                        SELECT (attributes->>'probe') AS probe,
                                arg_max(value, time) AS attached,
                                arg_max(attributes->>'error', time) AS error,
                                {epoch_ms('max(time)')} AS last_seen

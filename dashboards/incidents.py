@@ -80,8 +80,8 @@ def incidents() -> Board:
                     Infinity.sql(
                         f"""{RANGE}
                         SELECT seq, {epoch_ms('time')} AS time, actor, action_id,
-                               entry->>'kind' AS kind, entry->>'target' AS target,
-                               entry->>'status' AS status, hash
+                               (entry->>'kind') AS kind, (entry->>'target') AS target,
+                               (entry->>'status') AS status, hash
                         FROM ledger, r WHERE {in_range('time')} ORDER BY seq DESC""",
                         [Column("seq", "number"), Column("time", "timestamp_epoch"),
                          Column("actor"), Column("action_id"), Column("kind"),

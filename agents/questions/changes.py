@@ -54,10 +54,10 @@ def changes(ask: Ask) -> None:
                 found.append((_t(r["last_at"]), f"{name} served its last request of the window "
                                                 "(stopped, replaced, or idle since)"))
     clause, params = where("time", ask.since, ask.until,
-                           ("attributes->>'gen_ai.request.model'", i.model))
+                           ("(attributes->>'gen_ai.request.model')", i.model))
     sql = f"""
-        SELECT attributes->>'gen_ai.request.model' AS model,
-               attributes->>'aiops.model.version' AS version,
+        SELECT (attributes->>'gen_ai.request.model') AS model,
+               (attributes->>'aiops.model.version') AS version,
                arg_min(value, time) AS first_weight, arg_max(value, time) AS last_weight,
                max(time) AS at
         FROM metric_points

@@ -134,7 +134,7 @@ def throughput(ask: Ask) -> None:
                epoch_ns(max(end_time)) // 1000000 AS last_ms
         FROM spans
         {clause}
-          AND service_name <> 'ingress' AND attributes->>'gen_ai.usage.output_tokens' IS NOT NULL
+          AND service_name <> 'ingress' AND (attributes->>'gen_ai.usage.output_tokens') IS NOT NULL
         GROUP BY ALL ORDER BY ALL"""
     seconds = (ask.until - ask.since).total_seconds()
 

@@ -26,7 +26,7 @@ def _records(ask: Ask, since: datetime, until: datetime, min_severity: int
     clause, params = where("time", since, until)
     model = ""
     if i.model is not None:
-        model = "AND (service_name = ? OR attributes->>'gen_ai.request.model' = ?)"
+        model = "AND (service_name = ? OR (attributes->>'gen_ai.request.model') = ?)"
         params += [i.model, i.model]
     sql = f"""
         SELECT service_name AS service, body, trace_id

@@ -11,7 +11,7 @@ from agents.questions.spans import REPLICA, where
 
 __all__ = ["MEMORY_QUESTION", "SHOWN", "saturation"]
 
-METRIC_MODEL = ("coalesce(attributes->>'gen_ai.request.model', attributes->>'model_name', "
+METRIC_MODEL = ("coalesce(attributes->>'gen_ai.request.model', (attributes->>'model_name'), "
                 "CASE WHEN service_name NOT IN ('ingress', 'aiops-ebpf', 'ray') "
                 "THEN service_name END)")
 # name, what it is, how to show a value; gauges: the latest and the highest in the window.
@@ -49,7 +49,7 @@ def saturation(ask: Ask) -> None:
     # series of one model and version (replicas report one series each).
     sql = f"""
         WITH series AS (
-            SELECT name, {METRIC_MODEL} AS model, attributes->>'aiops.model.version' AS version,
+            SELECT name, {METRIC_MODEL} AS model, (attributes->>'aiops.model.version') AS version,
                    arg_max(value, time) AS latest, max(value) AS highest
             FROM metric_points
             {clause}
@@ -98,7 +98,7 @@ def _hit_rate(ask: Ask) -> None:
     hits = ", ".join(f"'{n}'" for n in HITS)
     sql = f"""
         WITH series AS (
-            SELECT {METRIC_MODEL} AS model, attributes->>'aiops.model.version' AS version,
+            SELECT {METRIC_MODEL} AS model, (attributes->>'aiops.model.version') AS version,
                    name IN ({hits}) AS is_hits, max(value) - min(value) AS delta
             FROM metric_points
             {clause}
@@ -144,7 +144,7 @@ def _memory(ask: Ask) -> list[dict[str, Any]]:
     clause, params = where("time", ask.since, ask.until)
     model = ""
     if i.model is not None:
-        model = "AND attributes->>'Component' LIKE '%:' || ? || '-%'"
+        model = "AND (attributes->>'Component') LIKE '%:' || ? || '-%'"
         params.append(i.model)
     # Ray's own per-process RSS: the component names the replica's deployment (model-version);
     # a series without a pid, or a component that names no deployment, is not a replica.
@@ -152,12 +152,12 @@ def _memory(ask: Ask) -> list[dict[str, Any]]:
         WITH proc AS (
             SELECT regexp_extract(attributes->>'Component', 'ServeReplica:[^:]+:(.+)$', 1)
                        AS deployment,
-                   attributes->>'pid' AS pid, arg_max(value, time) AS latest_mb,
+                   (attributes->>'pid') AS pid, arg_max(value, time) AS latest_mb,
                    max(value) AS highest_mb, min(value) AS lowest_mb
             FROM metric_points
             {clause}
               AND name = 'ray_component_rss_mb'
-              AND attributes->>'Component' LIKE 'ray::ServeReplica:%'
+              AND (attributes->>'Component') LIKE 'ray::ServeReplica:%'
               AND coalesce(attributes->>'pid', '') <> ''
               {model}
             GROUP BY ALL)
@@ -196,18 +196,18 @@ def _capacity(ask: Ask, deployment: str) -> int | None:
 def _run_queue(ask: Ask) -> None:
     i = ask.intent
     clause, params = where("time", ask.since, ask.until,
-                           ("attributes->>'gen_ai.request.model'", i.model))
+                           ("(attributes->>'gen_ai.request.model')", i.model))
     # eBPF run-queue delay (delta histograms, seconds): how long the replica's runnable threads
     # waited for a CPU - its CPU saturation.
     sql = f"""
-        SELECT attributes->>'gen_ai.request.model' AS model,
-               attributes->>'aiops.model.version' AS version,
-               attributes->>'ray.serve.replica' AS replica,
+        SELECT (attributes->>'gen_ai.request.model') AS model,
+               (attributes->>'aiops.model.version') AS version,
+               (attributes->>'ray.serve.replica') AS replica,
                round(sum(sum) / nullif(sum(count), 0) * 1e3, 3) AS mean_ms,
                sum(count) AS waits
         FROM metric_points
         {clause}
-          AND name = 'aiops.ebpf.runq.latency' AND attributes->>'gen_ai.request.model' IS NOT NULL
+          AND name = 'aiops.ebpf.runq.latency' AND (attributes->>'gen_ai.request.model') IS NOT NULL
         GROUP BY ALL ORDER BY ALL"""
     rows = ask.rows(sql, params)
     if not rows:

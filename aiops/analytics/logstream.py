@@ -19,7 +19,7 @@ __all__ = ["LogDetector"]
 
 WARN = 13  # OTLP severity number of WARN
 _SQL = """
-SELECT epoch_ns(time) AS t, service_name, resource_attributes->>'service.version' AS version,
+SELECT epoch_ns(time) AS t, service_name, (resource_attributes->>'service.version') AS version,
        coalesce(severity_number, 0) AS severity, coalesce(body, '') AS body, trace_id
 FROM logs
 WHERE time > make_timestamp_ns(?) AND time <= make_timestamp_ns(?) AND service_name IS NOT NULL

@@ -32,14 +32,14 @@ SIGNALS = {"aiops.serve.queue_depth": "value", "aiops.model.kv_cache.usage": "va
            "gen_ai.client.token.usage": "sum", "aiops.process.memory.rss": "value"}
 
 _POINTS = """
-SELECT name, attributes->>'gen_ai.request.model' AS model,
-       attributes->>'aiops.model.version' AS version,
-       coalesce(attributes->>'ray.serve.replica', attributes->>'gen_ai.token.type', '')
+SELECT name, (attributes->>'gen_ai.request.model') AS model,
+       (attributes->>'aiops.model.version') AS version,
+       coalesce(attributes->>'ray.serve.replica', (attributes->>'gen_ai.token.type'), '')
            AS part,
        epoch_ns(time) AS t, CASE WHEN value IS NOT NULL THEN value ELSE sum END AS v
 FROM metric_points
 WHERE name IN (SELECT unnest(?::VARCHAR[])) AND time > make_timestamp_ns(?)
-  AND time <= make_timestamp_ns(?) AND attributes->>'gen_ai.request.model' IS NOT NULL
+  AND time <= make_timestamp_ns(?) AND (attributes->>'gen_ai.request.model') IS NOT NULL
 ORDER BY time
 LIMIT ?
 """

@@ -26,8 +26,8 @@ SCORE = 10.0
 MAX_REPLICAS = 64  # per event: a record's list is telemetry like any other, so it is bounded
 
 _SQL = f"""
-SELECT epoch_ns(time) AS t, event_name, attributes->>'{NODE_ATTR}' AS node,
-       attributes->>'ray.node.id' AS node_id, attributes->>'aiops.node.replicas' AS replicas
+SELECT epoch_ns(time) AS t, event_name, (attributes->>'{NODE_ATTR}') AS node,
+       (attributes->>'ray.node.id') AS node_id, (attributes->>'aiops.node.replicas') AS replicas
 FROM logs
 WHERE event_name IN ('{NODE_LOST_EVENT}', '{NODE_REPLACED_EVENT}')
   AND time > make_timestamp_ns(?) AND time <= make_timestamp_ns(?)

@@ -91,11 +91,11 @@ def load_service_map(path: Path | None) -> ServiceMap:
 
 _MESH = f"""
 SELECT DISTINCT src, dst FROM (
-  SELECT coalesce(attributes->>'source_canonical_service', attributes->>'source_workload') AS src,
+  SELECT coalesce(attributes->>'source_canonical_service', (attributes->>'source_workload')) AS src,
          coalesce(attributes->>'destination_canonical_service',
-                  attributes->>'destination_workload') AS dst
+                  (attributes->>'destination_workload')) AS dst
   FROM metric_points
-  WHERE time >= make_timestamp_ns(?) AND attributes->>'destination_workload' IS NOT NULL)
+  WHERE time >= make_timestamp_ns(?) AND (attributes->>'destination_workload') IS NOT NULL)
 WHERE src IS NOT NULL AND dst IS NOT NULL AND src <> dst
   AND src <> 'unknown' AND dst <> 'unknown'
 LIMIT {MAX_EDGES}

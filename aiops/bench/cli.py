@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from aiops.bench.scale_cli import bench_phoenix, bench_scale, bench_volume
+from aiops.bench.scale_cli import bench_lake, bench_phoenix, bench_scale, bench_volume
 from aiops.cli_common import console, err_console, fail
 from aiops.errors import AIOpsError
 
@@ -21,6 +21,7 @@ app = typer.Typer(name="bench", no_args_is_help=True, add_completion=False,
 bench_app = app
 _fail = fail
 bench_app.command("scale")(bench_scale)
+bench_app.command("lake")(bench_lake)
 bench_app.command("phoenix")(bench_phoenix)
 bench_app.command("volume")(bench_volume)
 

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from aiops.cli_common import console
 
-__all__ = ["bench_phoenix", "bench_scale", "bench_volume"]
+__all__ = ["bench_lake", "bench_phoenix", "bench_scale", "bench_volume"]
 
 
 def bench_scale(
@@ -96,3 +96,45 @@ def bench_volume(
     for k, v in summary(r).items():
         t.add_row(k, v)
     console.print(t)
+
+
+def bench_lake(
+    rows: Annotated[int, typer.Option(min=100_000, max=1_000_000_000,
+                                      help="Spans + logs in the lake for the queries.")]
+    = 100_000_000,
+    ingest_rows: Annotated[int, typer.Option(min=10_000, max=100_000_000,
+                                             help="Rows each store writes in the ingest runs.")]
+    = 3_000_000,
+    repetitions: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    small_commits: Annotated[int, typer.Option(min=2, max=100_000,
+                                               help="Commits before the timed upkeep.")] = 300,
+    workdir: Annotated[Path, typer.Option(help="Where the lake and stores are written.")]
+    = Path(".aiops/bench/lake"),
+) -> None:
+    """Telemetry in DuckLake (a throwaway PostgreSQL catalog): ingest by one store and by
+    two side by side (each on its own core), `aiops bench scale`'s queries over ROWS rows in
+    the lake (p50/p95, goal p95 <= 100 ms), bytes per row, the upkeep's cost."""
+    from aiops.bench.lake import LakeBenchConfig, run_lake
+
+    cfg = LakeBenchConfig(rows=rows, ingest_rows=ingest_rows, repetitions=repetitions,
+                          small_commits=small_commits)
+    r = run_lake(workdir, cfg, progress=console.log)
+    t = Table("ingest run", "rows/s into the lake", "vs one store without a lake",
+              title=f"lake ingest: {ingest_rows:,} rows per store, commits every "
+                    f"{cfg.commit_interval_s:g} s")
+    base = r.ingest.get("one store, no lake", 0.0)
+    for name, rate in r.ingest.items():
+        t.add_row(name, f"{rate:,.0f}", f"{rate / base:.2f}x" if base else "-")
+    console.print(t)
+    q = Table("query", "p50 ms", "p95 ms", "p95 <= 100 ms",
+              title=f"queries over the lake: {r.lake_rows:,} rows, {repetitions} runs each")
+    for name in r.latencies_ms:
+        p95 = r.p(name, 95)
+        q.add_row(name, f"{r.p(name, 50):.1f}", f"{p95:.1f}", "yes" if p95 <= 100 else "NO")
+    console.print(q)
+    console.print(f"lake filled in {r.fill_s:.0f} s ({r.lake_rows / max(r.fill_s, 1e-9):,.0f} "
+                  f"rows/s); Parquet {r.parquet_bytes / 2**20:,.0f} MiB "
+                  f"({r.parquet_bytes / max(r.lake_rows, 1):.1f} B/row); upkeep after "
+                  f"{small_commits} small commits {r.upkeep_s:.2f} s (files "
+                  f"{r.files_before} -> {r.files_after}); detect found: "
+                  f"{', '.join(r.found) or 'nothing'}")

@@ -121,7 +121,7 @@ def engine_firsts(kind: str, repetitions: int) -> list[tuple[float, float]]:
 def _span(db: ServerClient, trace_id: str, service: str) -> dict[str, Any]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        rows = db.rows("SELECT resource_attributes->>'service.instance.id' AS replica, "
+        rows = db.rows("SELECT (resource_attributes->>'service.instance.id') AS replica, "
                        "duration_ns, epoch_ns(start_time) AS start_ns FROM spans "
                        "WHERE trace_id = ? AND service_name = ?", [trace_id, service])
         if rows:

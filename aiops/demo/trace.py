@@ -24,16 +24,16 @@ MODEL = "smollm2-135m-instruct"
 
 SPANS_SQL = """
 SELECT service_name, name, kind, span_id, parent_span_id,
-       round(duration_ns / 1e6, 1) AS duration_ms, attributes->>'inference_id' AS inference_id
+       round(duration_ns / 1e6, 1) AS duration_ms, (attributes->>'inference_id') AS inference_id
 FROM spans WHERE trace_id = ? ORDER BY start_time"""
 LOGS_SQL = """
-SELECT time, service_name, span_id, attributes->>'inference_id' AS inference_id, body
+SELECT time, service_name, span_id, (attributes->>'inference_id') AS inference_id, body
 FROM logs WHERE trace_id = ? ORDER BY time"""
 # Metric points carry a trace id only through exemplars: the measurements taken in that trace.
 METRICS_SQL = """
 SELECT time, service_name, name, type, count, round(sum, 4) AS sum,
-       attributes->>'gen_ai.request.model' AS model,
-       attributes->>'aiops.model.version' AS version
+       (attributes->>'gen_ai.request.model') AS model,
+       (attributes->>'aiops.model.version') AS version
 FROM metric_points
 WHERE exemplars IS NOT NULL
   AND list_contains(json_extract_string(exemplars, '$[*].trace_id'), ?)

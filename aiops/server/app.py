@@ -47,6 +47,7 @@ from aiops.attach.watch import Attachment, AttachSettings, targets_of
 from aiops.auth import Authenticator
 from aiops.config import Settings
 from aiops.errors import AIOpsError, ConfigError, StoreError
+from aiops.lake_sync import LakeSync
 from aiops.ledger import verify_table
 from aiops.lifecycle import LifecycleClient
 from aiops.remediation.policy import load_policy
@@ -132,6 +133,8 @@ def create_app(settings: Settings, store: Store,
 
     retention = Retention(store, settings.retention_hours, settings.retention_interval_s) \
         if settings.retention_hours else None
+    lake = LakeSync(store, settings.lake_commit_interval_s, settings.lake_upkeep_interval_s,
+                    registry) if store.lake is not None else None
 
     # Serving aiops did not start (docs/attach.md): read in the background; its control
     # planes join the embedded stack's behind one ControlPlane.
@@ -171,6 +174,8 @@ def create_app(settings: Settings, store: Store,
         attachment.start()
         if retention is not None:
             retention.start()
+        if lake is not None:
+            lake.start()
         if analyzer is not None:
             analyzer.start()
         yield
@@ -185,6 +190,8 @@ def create_app(settings: Settings, store: Store,
         if grpc_receiver is not None:
             grpc_receiver.close()
         writer.close()  # commit what is queued before the store closes
+        if lake is not None:
+            lake.close()  # then hand the lake what it does not hold yet
 
     # The API description is served like any other read route (viewer), not by FastAPI's
     # unauthenticated defaults.

@@ -52,7 +52,7 @@ _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
 _LATEST = f"""
 SELECT name, type, is_monotonic, unit, description, service_name,
-       resource_attributes->>'service.instance.id' AS instance, attributes,
+       (resource_attributes->>'service.instance.id') AS instance, attributes,
        value, count, sum, bucket_counts, explicit_bounds
 FROM metric_points
 WHERE time > make_timestamp_ns(?)

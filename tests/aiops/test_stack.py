@@ -56,7 +56,7 @@ def test_a_traced_chat_request_lands_in_duckdb_as_spans_logs_and_metrics(
         assert {p["model"] for p in records.metric_points} >= {MODEL}
         labelled = client.rows(
             "SELECT DISTINCT name FROM metric_points "
-            "WHERE attributes->>'gen_ai.request.model' = ?", [MODEL])
+            "WHERE (attributes->>'gen_ai.request.model') = ?", [MODEL])
         assert {"gen_ai.server.request.duration", "gen_ai.client.token.usage"} <= {
             r["name"] for r in labelled}
 

@@ -27,7 +27,7 @@ def spans_batch(n: int, trace_id: str = "ab" * 16) -> pa.Table:
 
 def test_append_fills_absent_nullable_columns_with_null(store: Store) -> None:
     assert store.append("spans", spans_batch(3)) == 3
-    rows = store.query("SELECT span_id, parent_span_id, attributes->>'k' FROM spans "
+    rows = store.query("SELECT span_id, parent_span_id, (attributes->>'k') FROM spans "
                        "ORDER BY span_id").rows
     assert rows == [(f"{i:016x}", None, "1") for i in range(3)]
 
@@ -181,7 +181,7 @@ def test_a_database_from_an_older_release_migrates_forward(tmp_path: Path) -> No
     conn.close()
     store = Store(path)
     assert store.schema_version == MIGRATIONS[-1].version
-    assert store.query("SELECT attributes->>'k', typeof(attributes) FROM spans_all").rows == [
+    assert store.query("SELECT (attributes->>'k'), typeof(attributes) FROM spans_all").rows == [
         ("1", "VARCHAR")]
     store.close()
 

@@ -48,7 +48,7 @@ def scrape(store: Store, targets: list[Target]) -> None:
 def test_counters_gauges_histograms_and_summaries(store: Store, endpoint: str) -> None:
     scrape(store, [Target("app", endpoint)])
     rows = {(r[0], r[1]): r[2:] for r in store.query(
-        "SELECT name, attributes->>'route', type, temporality, is_monotonic, value, "
+        "SELECT name, (attributes->>'route'), type, temporality, is_monotonic, value, "
         "service_name FROM metric_points WHERE name IN ('requests_total', 'queue_depth')").rows}
     assert rows[("requests_total", "/a")] == ("sum", "cumulative", True, 3.0, "app")
     assert rows[("requests_total", "/b")][3] == 5.0

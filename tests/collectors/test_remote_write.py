@@ -78,8 +78,8 @@ def test_samples_become_metric_points_by_name_job_instance_and_labels(
     r = post(srv, body, token)
     assert r.status_code == 204, r.text
     rows = srv.store.query(
-        "SELECT name, service_name, resource_attributes->>'service.instance.id', "
-        "attributes->>'code', type, is_monotonic, value, epoch_ns(time) // 1000000, "
+        "SELECT name, service_name, (resource_attributes->>'service.instance.id'), "
+        "(attributes->>'code'), type, is_monotonic, value, epoch_ns(time) // 1000000, "
         "ingest_credential FROM metric_points ORDER BY name, time").rows
     assert rows == [
         ("http_requests_total", "api", "10.0.0.1:9100", "500", "sum", True, 3.0, now_ms,
@@ -124,7 +124,7 @@ def test_debians_prometheus_remote_writes_into_aiops(server: tuple[RunningServer
         rows: list[tuple[object, ...]] = []
         while time.monotonic() < deadline and not rows:
             rows = srv.store.query(
-                "SELECT service_name, value, resource_attributes->>'service.instance.id' "
+                "SELECT service_name, value, (resource_attributes->>'service.instance.id') "
                 "FROM metric_points WHERE scope_name = 'aiops.remote_write' AND name = 'up'"
             ).rows
             time.sleep(1)

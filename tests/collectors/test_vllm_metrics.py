@@ -48,8 +48,8 @@ def test_vllm_metrics_land_as_scraped_and_under_the_projects_names(
                       "AND name = 'vllm:kv_cache_usage_perc'").rows
     assert raw == [(0.25,)]
     mapped = {r[0]: r[1:] for r in store.query(
-        "SELECT name, value, unit, attributes->>'gen_ai.request.model', "
-        "attributes->>'aiops.model.version', resource_attributes->>'aiops.attach.target' "
+        "SELECT name, value, unit, (attributes->>'gen_ai.request.model'), "
+        "(attributes->>'aiops.model.version'), (resource_attributes->>'aiops.attach.target') "
         f"FROM metric_points WHERE service_name = 'team-chat' AND scope_name = '{SCOPE}'").rows}
     assert mapped["aiops.model.kv_cache.usage"] == (0.25, "1", "team-chat", "SmolLM2-135M",
                                                     "team-vllm")

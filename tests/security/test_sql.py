@@ -8,6 +8,7 @@ uvicorn otherwise; the allowlist (``aiops.sqlguard``) also on its own.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -26,7 +27,7 @@ from aiops.errors import QueryRejected
 from aiops.store import Store
 from tests.conftest import RunningServer
 
-SLOW = "SELECT count(*) FROM range(1000000000000) a WHERE a % 7 = 3"
+SLOW = "SELECT count(*) FROM range(1000000000000) t(a) WHERE a % 7 = 3"
 
 
 def _seed(store: Store, n: int = 3) -> None:
@@ -93,8 +94,10 @@ def test_copy_into_the_archive_folder_cannot_break_the_next_start(
     assert not target.exists()
 
 
-# DuckDB accepts INSERT, UPDATE, DELETE and COPY TO as the body of a CTE; the statement is
+# DuckDB 2 accepts INSERT, UPDATE, DELETE and COPY TO as the body of a CTE; the statement is
 # still a SELECT to extract_statements, so only the allowlist's walk of the tree finds them.
+# DuckDB 1.5 (the version DuckLake's extension is built for) does not parse them at all.
+REFUSED = "not allowed here|A CTE needs a SELECT"
 WRITES_IN_A_QUERY = [
     "WITH x AS (DELETE FROM spans RETURNING *) SELECT * FROM x",
     "WITH x AS MATERIALIZED (INSERT INTO spans SELECT * FROM spans RETURNING 1) "
@@ -118,7 +121,7 @@ def test_the_allowlist_itself_refuses_a_write_inside_a_query(sql: str) -> None:
     conn = duckdb.connect()
     conn.execute("CREATE TABLE spans (name VARCHAR)")
     catalog = sqlguard.Catalog(frozenset({"spans"}), frozenset())
-    with pytest.raises(QueryRejected, match="not allowed here"):
+    with pytest.raises(QueryRejected, match=REFUSED):
         sqlguard.check(sql, lambda q: str(conn.execute(
             "SELECT json_serialize_sql(?)", [q]).fetchone()[0]), catalog)  # type: ignore[index]
 
@@ -128,7 +131,7 @@ def test_a_write_inside_a_query_is_refused_by_the_server(seeded: RunningServer,
                                                          sql: str) -> None:
     r = _sql(seeded.url, sql)
     assert r.status_code == 400, r.text
-    assert "not allowed here" in r.json()["error"]
+    assert re.search(REFUSED, r.json()["error"])
     assert seeded.store.count("spans") == 3
 
 

@@ -164,7 +164,7 @@ def test_a_full_queue_gets_429_with_retry_after_and_the_rest_are_served(
 def _latest_replicas(client: ServerClient) -> int | None:
     rows = client.rows(
         "SELECT value FROM metric_points WHERE name = 'aiops.serve.replicas' "
-        "AND attributes->>'ray.serve.deployment' = ? ORDER BY time DESC LIMIT 1",
+        "AND (attributes->>'ray.serve.deployment') = ? ORDER BY time DESC LIMIT 1",
         [f"{CHAT}-v1"])
     return int(rows[0]["value"]) if rows else None
 

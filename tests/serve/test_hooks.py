@@ -110,14 +110,14 @@ def test_the_warmup_runs_in_the_constructor_and_stays_out_of_request_telemetry(
         assert replica.ledger.served == 0
         replica.telemetry.flush()
         rows = server.store.query(
-            "SELECT name, parent_span_id, status_code, attributes->>'aiops.warmup', "
-            "json_array_length(events), attributes->>'aiops.warmup.requests' FROM spans "
-            "WHERE resource_attributes->>'service.instance.id' = 'r-warm'").rows
+            "SELECT name, parent_span_id, status_code, (attributes->>'aiops.warmup'), "
+            "json_array_length(events), (attributes->>'aiops.warmup.requests') FROM spans "
+            "WHERE (resource_attributes->>'service.instance.id') = 'r-warm'").rows
         assert rows == [("warmup echo", None, "unset", "true", 3, "3")]
         # No request metrics and no request span come from a warm-up.
         assert server.store.query(
             "SELECT count(*) FROM metric_points WHERE name IN ('aiops.model.requests', "
-            "'gen_ai.server.request.duration') AND attributes->>'aiops.model.version' = 'w1'"
+            "'gen_ai.server.request.duration') AND (attributes->>'aiops.model.version') = 'w1'"
         ).rows == [(0,)]
         out = asyncio.run(replica.generate(PAYLOAD, {}, "inf-after-warmup"))
         assert out["text"] == "one two three" and replica.ledger.served == 1
@@ -139,8 +139,8 @@ def test_each_real_backend_has_a_default_warmup(server: RunningServer, backend: 
     finally:
         replica.close()
     assert server.store.query(
-        "SELECT count(*) FROM spans WHERE attributes->>'aiops.warmup' = 'true' AND "
-        "resource_attributes->>'service.instance.id' = ?", [f"r-{backend}"]).rows == [(1,)]
+        "SELECT count(*) FROM spans WHERE (attributes->>'aiops.warmup') = 'true' AND "
+        "(resource_attributes->>'service.instance.id') = ?", [f"r-{backend}"]).rows == [(1,)]
 
 
 def test_a_failing_warmup_refuses_the_replica_and_says_why(server: RunningServer) -> None:
@@ -153,7 +153,7 @@ def test_a_failing_warmup_refuses_the_replica_and_says_why(server: RunningServer
     # Its telemetry was flushed on the way out: the reason is in the store.
     rows = server.store.query(
         "SELECT status_code, status_message FROM spans WHERE "
-        "resource_attributes->>'service.instance.id' = 'r-bad'").rows
+        "(resource_attributes->>'service.instance.id') = 'r-bad'").rows
     assert len(rows) == 1 and rows[0][0] == "error" and "output_schema" in rows[0][1]
 
 
@@ -197,7 +197,7 @@ def test_closing_emits_the_archive_record_and_flushes(server: RunningServer) -> 
     # The final metric export happened too: the three requests are counted.
     assert server.store.query(
         "SELECT max(value) FROM metric_points WHERE name = 'aiops.model.requests' AND "
-        "attributes->>'aiops.model.version' = 'w4'").rows == [(3.0,)]
+        "(attributes->>'aiops.model.version') = 'w4'").rows == [(3.0,)]
 
 
 def test_no_archive_when_the_spec_says_so(server: RunningServer) -> None:
@@ -236,7 +236,7 @@ def _ask(settings: Settings, n: int) -> list[str]:
     return traces
 
 
-_REPLICA = "resource_attributes->>'service.instance.id'"
+_REPLICA = "(resource_attributes->>'service.instance.id')"
 
 
 def _marks(values: list[Any]) -> str:
@@ -256,7 +256,7 @@ def test_on_the_stack_every_replica_warms_up_before_its_first_request(
         warmups = {r["replica"]: r for r in db.rows(
             f"SELECT {_REPLICA} AS replica, max(end_time) AS done, count(*) AS n, "
             "any_value(trace_id) AS trace FROM spans WHERE service_name = 'echo' "
-            "AND attributes->>'aiops.warmup' = 'true' GROUP BY ALL")}
+            "AND (attributes->>'aiops.warmup') = 'true' GROUP BY ALL")}
         for row in served:
             warm = warmups[row["replica"]]
             assert warm["n"] == 1 and warm["done"] < row["first"], (row, warm)
@@ -295,8 +295,8 @@ def test_on_the_stack_a_failing_warmup_fails_the_deploy_with_its_reason(
     # Each refused start flushed its telemetry: the reason is in the store.
     with ServerClient.of(hooks_stack) as db:
         refused = db.rows("SELECT status_message FROM spans WHERE service_name = 'echo' AND "
-                          "attributes->>'aiops.model.version' = 'v2' AND status_code = 'error' "
-                          "AND attributes->>'aiops.warmup' = 'true'")
+                          "(attributes->>'aiops.model.version') = 'v2' AND status_code = 'error' "
+                          "AND (attributes->>'aiops.warmup') = 'true'")
     assert refused and all(r["status_message"] == "echo:v2: warm-up request 1 of 1 failed: "
                            "output violates the model's output_schema: 'far too long' is too "
                            "long" for r in refused), refused
@@ -323,7 +323,7 @@ def test_scaling_in_2_to_1_archives_the_retired_replicas(hooks_stack: Settings) 
             assert record["released.num_cpus"] == 0.1 and record["released.rss_mb"] > 10
             assert record["warmup_requests"] == 2 and record["uptime_s"] > 0
             spans = db.rows(
-                f"SELECT attributes->>'inference_id' AS id FROM spans WHERE {_REPLICA} = ? "
+                f"SELECT (attributes->>'inference_id') AS id FROM spans WHERE {_REPLICA} = ? "
                 "AND name = 'chat echo'", [record["replica"]])
             assert record["requests_served"] == len(spans)
             # The archive seals exactly the entries the provenance chain holds for it.

@@ -114,7 +114,7 @@ def test_hot_reload_under_traffic_fails_no_request_and_disturbs_no_other_model(
     # The embedding model kept its one replica throughout.
     with ServerClient(stack.server_url) as db:
         time.sleep(1.5)
-        replicas = db.rows("SELECT DISTINCT resource_attributes->>'service.instance.id' AS r "
+        replicas = db.rows("SELECT DISTINCT (resource_attributes->>'service.instance.id') AS r "
                            "FROM spans WHERE service_name = ?", [EMBED])
     assert len(replicas) == 1
 

@@ -75,8 +75,8 @@ def test_each_node_has_its_own_collector_reporting_only_its_own_replicas(
     def reported() -> dict[str, set[str]]:
         with ServerClient(cluster.server_url) as db:
             rows = db.rows(
-                "SELECT DISTINCT resource_attributes->>'aiops.node.name' AS node, "
-                "attributes->>'ray.serve.replica' AS replica FROM metric_points "
+                "SELECT DISTINCT (resource_attributes->>'aiops.node.name') AS node, "
+                "(attributes->>'ray.serve.replica') AS replica FROM metric_points "
                 "WHERE name = 'aiops.process.memory.rss'")
         out: dict[str, set[str]] = {}
         for r in rows:

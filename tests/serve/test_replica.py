@@ -42,15 +42,15 @@ def test_generate_records_a_child_span_a_log_and_metrics(
     assert out["text"] == "one two three" and out["completion_tokens"] == 3
     replica.telemetry.flush()
     span = server.store.query(
-        "SELECT name, parent_span_id, service_name, attributes->>'gen_ai.usage.output_tokens',"
-        " resource_attributes->>'service.instance.id' FROM spans WHERE trace_id = ?",
+        "SELECT name, parent_span_id, service_name, (attributes->>'gen_ai.usage.output_tokens'),"
+        " (resource_attributes->>'service.instance.id') FROM spans WHERE trace_id = ?",
         [trace_id]).rows
     assert span == [("chat echo", parent, "echo", "3", "r-1")]
-    logs = server.store.query("SELECT attributes->>'inference_id' FROM logs WHERE trace_id = ?",
+    logs = server.store.query("SELECT (attributes->>'inference_id') FROM logs WHERE trace_id = ?",
                               [trace_id]).rows
     assert logs == [("inf-1",)]
     names = {r[0] for r in server.store.query(
-        "SELECT DISTINCT name FROM metric_points WHERE attributes->>'aiops.model.version' = 'v3'"
+        "SELECT DISTINCT name FROM metric_points WHERE (attributes->>'aiops.model.version') = 'v3'"
     ).rows}
     assert {"gen_ai.server.request.duration", "gen_ai.client.token.usage",
             "aiops.model.requests"} <= names

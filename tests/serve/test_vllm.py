@@ -65,6 +65,6 @@ def test_the_engines_kv_cache_metric_lands_in_duckdb(vllm_stack: Settings) -> No
         assert "vllm.kv_cache.usage" in names
         # Prefix-cache queries count prompt tokens the engine looked up: > 0 after a request.
         assert max(float(r["value"]) for r in rows if r["name"] == "vllm.prefix_cache.queries") > 0
-        spans = db.rows("SELECT attributes->>'gen_ai.system' AS system FROM spans "
+        spans = db.rows("SELECT (attributes->>'gen_ai.system') AS system FROM spans "
                         "WHERE service_name = ? LIMIT 1", [MODEL])
         assert spans and spans[0]["system"] == "vllm"

@@ -21,14 +21,14 @@ def mesh_evidence(db: Db, scope: Scope, cfg: RankConfig) -> list[Evidence]:
     docstring); one point per edge, reporter and minute."""
     rows = db.rows(f"""
         WITH p AS (
-            SELECT name, attributes->>'source_workload' AS src,
-                   attributes->>'destination_workload' AS dst,
-                   attributes->>'reporter' AS reporter,
+            SELECT name, (attributes->>'source_workload') AS src,
+                   (attributes->>'destination_workload') AS dst,
+                   (attributes->>'reporter') AS reporter,
                    value * CASE WHEN unit = 's' THEN 1000 ELSE 1 END AS ms,
                    {scope.phase('time')} AS phase, epoch_ns(time) // {MINUTE_NS} AS minute
             FROM metric_points
             WHERE {scope.bounds('time')} AND type = 'gauge'
-              AND attributes->>'reporter' IN ('source', 'destination')
+              AND (attributes->>'reporter') IN ('source', 'destination')
         )
         SELECT name, src, dst, phase, minute,
                max(ms) FILTER (WHERE reporter = 'source'),

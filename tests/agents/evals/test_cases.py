@@ -63,12 +63,12 @@ def test_there_are_enough_cases_and_each_loads_and_validates() -> None:
             # the version answered, the replica exists.
             if e.component is not None:
                 versions = {r[0] for r in store.query(
-                    "SELECT DISTINCT attributes->>'aiops.model.version' FROM spans "
+                    "SELECT DISTINCT (attributes->>'aiops.model.version') FROM spans "
                     "WHERE service_name = ?", [e.component]).rows}
                 assert versions and (e.version is None or e.version in versions), case.name
             if e.replica is not None:
                 assert store.query(
-                    "SELECT count(*) FROM spans WHERE resource_attributes->>'ray.serve.replica' "
+                    "SELECT count(*) FROM spans WHERE (resource_attributes->>'ray.serve.replica') "
                     "= ?", [e.replica]).rows[0][0] > 0, case.name
             assert set(case.objectives) <= {r[0] for r in store.query(
                 "SELECT DISTINCT service_name FROM spans").rows}, case.name

@@ -141,8 +141,8 @@ def test_a_bad_release_of_one_deployment_is_named_rolled_back_and_verified(
     # Serve's own spans, each deployment its own service under the release the REST API
     # reports, one trace from the ingress through both handle calls.
     rows = wait_for("spans of every deployment", lambda: len(r := server.store.query(
-        "SELECT service_name, resource_attributes->>'service.version', count(*) FROM spans "
-        "WHERE resource_attributes->>'ray.serve.app' = 'shop' GROUP BY ALL").rows) >= 3 and r,
+        "SELECT service_name, (resource_attributes->>'service.version'), count(*) FROM spans "
+        "WHERE (resource_attributes->>'ray.serve.app') = 'shop' GROUP BY ALL").rows) >= 3 and r,
         60)
     assert {(s, v) for s, v, _ in rows} == {("shop", v1), ("shop.Tokenizer", v1),
                                            ("shop.Scorer", v1)}, rows

@@ -155,7 +155,7 @@ def test_a_faulty_release_is_detected_rolled_back_through_serve_and_verified(
           f"-> rollback verified {recovered_s:.1f} s")
     failed = server.store.query(
         "SELECT count(*) FROM spans WHERE service_name = 'greeter' AND status_code = 'error' "
-        "AND resource_attributes->>'service.version' = '2'").rows[0][0]
+        "AND (resource_attributes->>'service.version') = '2'").rows[0][0]
     assert failed > 0
     assert recovered_s < 150, recovered_s
 
@@ -196,8 +196,8 @@ def test_the_attached_replicas_processes_are_named_for_the_ebpf_collector(
             time.sleep(1)
             collector.cycle()
             rows = server.store.query(
-                "SELECT DISTINCT attributes->>'gen_ai.request.model', "
-                "attributes->>'aiops.model.version', attributes->>'ray.serve.replica' "
+                "SELECT DISTINCT (attributes->>'gen_ai.request.model'), "
+                "(attributes->>'aiops.model.version'), (attributes->>'ray.serve.replica') "
                 "FROM metric_points WHERE name = 'aiops.ebpf.runq.latency' "
                 "AND (attributes->>'process.pid')::BIGINT = ?", [row["pid"]]).rows
     finally:
@@ -208,7 +208,7 @@ def test_the_attached_replicas_processes_are_named_for_the_ebpf_collector(
 def test_rays_own_metrics_are_scraped_with_the_application_labels(
         server: RunningServer) -> None:
     rows = wait_for("Ray's Serve metrics in DuckDB", lambda: server.store.query(
-        "SELECT DISTINCT attributes->>'application' FROM metric_points "
+        "SELECT DISTINCT (attributes->>'application') FROM metric_points "
         "WHERE service_name = 'team-ray' AND name LIKE 'ray_serve_%'").rows, 60)
     assert ("greeter",) in rows
 

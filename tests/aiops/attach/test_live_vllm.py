@@ -211,7 +211,7 @@ def test_the_vllm_servers_metrics_and_traces_land_under_the_models_name(
         "'vllm:kv_cache_usage_perc'", [TARGET]).rows, 30)
     # ... and under the project's names, the model as the service, its tag as the version.
     rows = wait_for("the request latency under the project's name", lambda: q(
-        "SELECT count, attributes->>'aiops.model.version' FROM metric_points "
+        "SELECT count, (attributes->>'aiops.model.version') FROM metric_points "
         "WHERE service_name = ? AND name = 'gen_ai.server.request.duration' AND count >= 5 "
         "ORDER BY time DESC LIMIT 1", [MODEL]).rows, 30)
     tag = rows[0][1]
@@ -222,7 +222,7 @@ def test_the_vllm_servers_metrics_and_traces_land_under_the_models_name(
             "aiops.serve.queue_depth"} <= names
     # vLLM's request spans, sent with its ingest token, carry the same service and version.
     spans = wait_for("vLLM's llm_request spans", lambda: q(
-        "SELECT resource_attributes->>'service.version', "
+        "SELECT (resource_attributes->>'service.version'), "
         "(attributes->>'gen_ai.usage.prompt_tokens')::INT, kind FROM spans "
         "WHERE service_name = ? AND name = 'llm_request'", [MODEL]).rows, 30)
     assert {(s[0], s[2]) for s in spans} == {(tag, "server")}

@@ -117,7 +117,7 @@ def _open_incident(stack: Settings, service: str, version: str,
 
 def _ledger(stack: Settings, action_id: str) -> list[str]:
     with ServerClient(stack.server_url) as db:
-        rows = db.rows("SELECT entry->>'status' AS status FROM ledger WHERE action_id = ? "
+        rows = db.rows("SELECT (entry->>'status') AS status FROM ledger WHERE action_id = ? "
                        "ORDER BY seq", [action_id])
     return [r["status"] for r in rows]
 
@@ -245,5 +245,5 @@ def test_scaling_waits_for_an_approver_and_then_runs(stack: Settings) -> None:
     assert statuses[:4] == ["proposed", "pending", "approved", "executed"]
     with ServerClient(stack.server_url) as db:
         actor = db.rows("SELECT actor FROM ledger WHERE action_id = ? AND "
-                        "entry->>'status' = 'approved'", [pending["action_id"]])
+                        "(entry->>'status') = 'approved'", [pending["action_id"]])
     assert actor == [{"actor": "user:sre-on-call"}]

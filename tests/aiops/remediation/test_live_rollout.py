@@ -81,7 +81,7 @@ def _rollout(stack: Settings, version: str) -> dict[str, Any]:
 
 def _ledger(stack: Settings, rollout_id: str) -> list[dict[str, Any]]:
     with ServerClient(stack.server_url) as db:
-        return db.rows("SELECT actor, entry->>'status' AS status, entry->'outcome' AS outcome "
+        return db.rows("SELECT actor, (entry->>'status') AS status, entry->'outcome' AS outcome "
                        "FROM ledger WHERE action_id = ? ORDER BY seq", [rollout_id])
 
 
@@ -128,7 +128,7 @@ def test_a_slow_version_is_stopped_at_its_first_step_and_rolled_back(
     action_id = (json.loads(outcome) if isinstance(outcome, str) else outcome)["action_id"]
     with ServerClient(stack.server_url) as db:
         statuses = [r["status"] for r in db.rows(
-            "SELECT entry->>'status' AS status FROM ledger WHERE action_id = ? ORDER BY seq",
+            "SELECT (entry->>'status') AS status FROM ledger WHERE action_id = ? ORDER BY seq",
             [action_id])]
     assert statuses[:3] == ["proposed", "approved", "executed"]
 

@@ -180,7 +180,7 @@ def test_what_was_planned_for_the_symptom_before_the_node_was_declared_lost_is_w
     (pending,) = remediator.pending()
     tracker.update([_slow(T0 + NS), _lost(T0 + NS)], T0 + NS)
     assert remediator.pending() == [] and control.calls == []
-    assert store.query("SELECT status, outcome->>'reason' FROM actions_current").rows == [
+    assert store.query("SELECT status, (outcome->>'reason') FROM actions_current").rows == [
         ("withdrawn", "a lost node explains the incident; Serve reschedules its replicas")]
     with pytest.raises(ValueError, match="withdrawn, not pending"):
         remediator.decide_pending(pending["action_id"], True, "user:bob", T0 + 2 * NS)

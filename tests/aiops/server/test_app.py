@@ -47,7 +47,7 @@ def test_spans_from_the_official_exporter_land_in_duckdb(server: RunningServer) 
     trace_id = f"{parent.get_span_context().trace_id:032x}"
     rows = server.store.query(
         "SELECT name, kind, span_id, parent_span_id, status_code, status_message, service_name,"
-        " scope_name, scope_version, attributes->>'db.rows', events->0->>'name', "
+        " scope_name, scope_version, (attributes->>'db.rows'), events->0->>'name', "
         " duration_ns > 0 FROM spans WHERE trace_id = ? ORDER BY start_time", [trace_id]).rows
     parent_id = f"{parent.get_span_context().span_id:016x}"
     child_id = f"{child.get_span_context().span_id:016x}"
@@ -76,7 +76,7 @@ def test_logs_keep_their_trace_context(server: RunningServer) -> None:
         logs.shutdown()
     ctx = span.get_span_context()
     row = server.store.query(
-        "SELECT trace_id, span_id, severity_text, body, attributes->>'inference_id' FROM logs"
+        "SELECT trace_id, span_id, severity_text, body, (attributes->>'inference_id') FROM logs"
     ).rows
     assert row == [(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", "WARN", "cart c-1 is empty",
                     "inf-1")]
@@ -95,7 +95,7 @@ def test_metric_points_keep_type_labels_and_buckets(server: RunningServer) -> No
     provider.shutdown()
     rows = {r[0]: r[1:] for r in server.store.query(
         "SELECT name, type, temporality, is_monotonic, value, count, sum, "
-        "list_sum(bucket_counts), attributes->>'model' FROM metric_points").rows}
+        "list_sum(bucket_counts), (attributes->>'model') FROM metric_points").rows}
     assert rows["requests"] == ("sum", "cumulative", True, 5.0, None, None, None, "llama")
     assert rows["latency"][:3] == ("histogram", "cumulative", None)
     assert rows["latency"][4:] == (3, pytest.approx(3.204), 3, "llama")

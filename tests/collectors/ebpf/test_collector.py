@@ -115,7 +115,7 @@ def test_exits_carry_how_the_process_ended(server: RunningServer) -> None:
     statuses = {}
     for proc, want in ((clean, "clean"), (failed, "error:3"), (killed, "signal:9")):
         rows = server.store.query(
-            "SELECT attributes->>'process.exit.status' FROM metric_points WHERE name = "
+            "SELECT (attributes->>'process.exit.status') FROM metric_points WHERE name = "
             "'aiops.ebpf.process.exits' AND (attributes->>'$.\"process.pid\"')::BIGINT = ?",
             [proc.pid]).rows
         statuses[want] = [r[0] for r in rows]

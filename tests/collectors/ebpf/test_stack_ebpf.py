@@ -100,9 +100,9 @@ def test_a_cpu_hog_on_the_replicas_core_raises_its_run_queue_latency(stack: Sett
             f"run-queue wait {before[0] * 1e3:.0f} -> {during[0] * 1e3:.0f} ms/s "
             f"(mean {before[1] * 1e6:.0f} -> {during[1] * 1e6:.0f} us)")
         attrs = client.rows(
-            "SELECT DISTINCT attributes->>'ray.serve.deployment' AS deployment, "
-            "attributes->>'aiops.model.version' AS version, "
-            "attributes->>'ray.serve.replica' AS replica FROM metric_points "
+            "SELECT DISTINCT (attributes->>'ray.serve.deployment') AS deployment, "
+            "(attributes->>'aiops.model.version') AS version, "
+            "(attributes->>'ray.serve.replica') AS replica FROM metric_points "
             "WHERE name = 'aiops.ebpf.runq.latency' AND (attributes->>'process.pid')::BIGINT = ?",
             [pid])
     assert attrs == [{"deployment": replica["deployment"], "version": replica["version"],

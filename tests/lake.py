@@ -1,0 +1,50 @@
+"""A real PostgreSQL (Debian's binaries, a throwaway cluster on loopback) as the lake's
+catalog, for the tests of the lake."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from aiops.lake import LakeOptions
+from aiops.pgcluster import PostgresCluster
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresCluster]:
+    # Under /tmp itself: the `postgres` user (root's tests run it as that) must reach it.
+    folder = Path(tempfile.mkdtemp(prefix="aiops-pg-"))
+    cluster = PostgresCluster(folder).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop("immediate")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+LakeOf = Callable[[str], LakeOptions]
+
+
+@pytest.fixture
+def lake_of(pg: PostgresCluster, tmp_path: Path) -> LakeOf:
+    """A new lake (its own catalog database and data folder); called with a server id, that
+    server's options for it."""
+    dsn = pg.create_database(f"lake_{next(_names)}_{int(time.time())}")
+    return lambda server_id: LakeOptions(dsn, tmp_path / "lake-data", server_id,
+                                         commit_interval_s=0.5, upkeep_interval_s=0)
+
+
+def logs(n: int, server: str, start: int = 0) -> pa.Table:
+    """``n`` log records of ``server`` with bodies numbered from ``start`` (each unique)."""
+    now = time.time_ns()
+    return pa.Table.from_pylist([{"time": now + i, "body": f"{server} {start + i}",
+                                  "service_name": server} for i in range(n)])
