@@ -24,10 +24,15 @@ VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.aiops-installed
 # Arize Phoenix, the peer of `aiops bench phoenix`, in a virtualenv of its own (its pins
 # conflict with this project's), pinned by constraints-phoenix.txt.
+# The lake's DuckDB 1.5.5 and its extensions (constraints-lake.txt), put in front of the
+# virtualenv's DuckDB for the lake's servers, tests and benchmarks: docs/scaling.md.
+LAKE_DIR := .build/lake-duckdb
+LAKE_STAMP := $(LAKE_DIR)/.installed
+LAKE := PYTHONPATH=$(CURDIR)/$(LAKE_DIR)
 PHOENIX_VENV ?= .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
 
-.PHONY: demo demo-lake test test-fast bench lint install llama-wheel vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean fuzz-build fuzz fuzz-smoke fuzz-coverage fuzz-analyze
+.PHONY: demo demo-lake bench-lake lake-env test test-fast bench lint install llama-wheel vllm-env phoenix-env sysdeps ebpf-setup ebpf-headers docs clean fuzz-build fuzz fuzz-smoke fuzz-coverage fuzz-analyze
 
 install: sysdeps $(STAMP) ebpf-setup
 
@@ -98,6 +103,13 @@ llama-wheel: sysdeps
 # model's replicas with this interpreter (the spec's `python`).
 vllm-env: sysdeps $(VLLM_STAMP)
 
+lake-env: $(LAKE_STAMP)
+
+$(LAKE_STAMP): constraints-lake.txt | $(STAMP)
+	rm -rf $(LAKE_DIR)
+	$(BIN)/python -m pip install -q --no-deps --target $(LAKE_DIR) -r constraints-lake.txt
+	touch $@
+
 $(VLLM_STAMP): pyproject.toml constraints-vllm.txt | sysdeps llama-wheel
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade "pip==$$(grep -oP '^pip==\K.*' constraints.txt || echo 25.3)"
@@ -110,6 +122,7 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt | sysdeps llama-wheel
 test:
 	@# The two virtualenvs install side by side (mostly unpacking wheels: ~1 and ~2 min).
 	@$(MAKE) --no-print-directory -j2 install vllm-env
+	@$(MAKE) --no-print-directory lake-env
 	@# Lanes, cheapest first so a broken change fails in minutes: the unit lane (no stack); the
 	@# stack lane (one session stack, the attach and live tests); the end-to-end demo runs
 	@# ("alone", after the session's stack is gone: they judge detection and recovery in
@@ -124,7 +137,8 @@ test:
 	lane() { echo "== pytest -m '$$1'"; $(BIN)/python -m pytest -m "$$1" --durations=20 "$${@:2}"; r=$$?; \
 		if [ $$r -eq 5 ]; then echo "pytest collected no tests for '$$1': that is a failure"; r=1; fi; \
 		return $$r; }; \
-	lane "not stack and not alone and not offline" || rc=$$?; \
+	lane "not stack and not alone and not offline and not lake" || rc=$$?; \
+	AIOPS_REQUIRE_LAKE=1 $(LAKE) lane "lake"; r=$$?; [ $$rc -eq 0 ] && rc=$$r; \
 	mkdir -p build/fuzz; \
 	export -f lane; chrt --idle 0 bash -c "lane 'offline and not stack and not alone' --timeout=3000" \
 		> build/offline-lane.log 2>&1 & evals=$$!; \
@@ -149,8 +163,12 @@ demo: install
 	$(BIN)/aiops demo
 
 # Two aiops servers on one DuckLake (a throwaway PostgreSQL catalog): docs/scaling.md.
-demo-lake: install
-	$(BIN)/python -m aiops.demo.lake
+demo-lake: install lake-env
+	$(LAKE) $(BIN)/python -m aiops.demo.lake
+
+# `aiops bench lake` (docs/benchmarks.md "DuckLake"), on the lake's DuckDB.
+bench-lake: install lake-env
+	$(LAKE) $(BIN)/aiops bench lake
 
 phoenix-env: $(PHOENIX_STAMP)
 

@@ -28,7 +28,8 @@ import duckdb
 from aiops.config import Settings
 from aiops.errors import StoreError
 
-__all__ = ["BATCH", "CATALOG", "COMMITS", "SERVER_ID", "Lake", "LakeOptions", "outbox"]
+__all__ = ["BATCH", "CATALOG", "COMMITS", "SERVER_ID", "Lake", "LakeOptions", "lake_unavailable",
+           "outbox"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ BATCH = "lake_batch"  # the outbox's batch number
 # DuckDB finds an extension's entry point by its file name, which the PyPI wheels do not use.
 _EXTENSIONS = (("postgres_scanner", "duckdb_extension_postgres"),
                ("ducklake", "duckdb_extension_ducklake"))
+INSTALL_HINT = ("the lake runs on DuckDB 1.5.5 with its extension wheels (`pip install "
+                "'aiops[lake]'`; in the repository `make lake-env` and "
+                "PYTHONPATH=.build/lake-duckdb: docs/scaling.md)")
 _CREATE_TRIES = 5  # two servers starting together both create the lake's tables: one loses
 
 
@@ -234,15 +238,39 @@ class Lake:
                 f"WHERE {SERVER_ID} = '{me}')")
 
 
-def _load_extensions(conn: duckdb.DuckDBPyConnection, folder: Path) -> None:
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+def _extension_files() -> list[tuple[str, Path]]:
+    """(the name DuckDB loads it by, the file the PyPI wheel installed) per extension."""
+    found = []
     for name, package in _EXTENSIONS:
         try:
             module = importlib.import_module(package)
         except ImportError as exc:
-            raise StoreError(f"the lake needs the {package.replace('_', '-')} package "
-                             "(installed with aiops; reinstall with `make install`)") from exc
-        source = next(Path(str(module.__file__)).parent.rglob("*.duckdb_extension"))
+            raise StoreError(f"the lake needs the {package.replace('_', '-')} package: "
+                             f"{INSTALL_HINT}") from exc
+        found.append((name, next(Path(str(module.__file__)).parent.rglob("*.duckdb_extension"))))
+    return found
+
+
+def lake_unavailable() -> str | None:
+    """Why this environment cannot attach a lake (its DuckDB is not the one the extension
+    wheels are built for, or they are missing); None where it can."""
+    try:
+        files = _extension_files()
+    except StoreError as exc:
+        return str(exc)
+    for name, source in files:
+        if source.parent.name != f"v{duckdb.__version__}":
+            return (f"DuckDB's {name} extension here is built for DuckDB "
+                    f"{source.parent.name.lstrip('v')}, and this is DuckDB {duckdb.__version__}: "
+                    f"{INSTALL_HINT}")
+    return None
+
+
+def _load_extensions(conn: duckdb.DuckDBPyConnection, folder: Path) -> None:
+    if (why := lake_unavailable()) is not None:
+        raise StoreError(f"cannot attach the lake: {why}")
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for name, source in _extension_files():
         target = folder / f"{name}.duckdb_extension"
         if not target.is_symlink() or target.readlink() != source:
             target.unlink(missing_ok=True)
@@ -250,9 +278,8 @@ def _load_extensions(conn: duckdb.DuckDBPyConnection, folder: Path) -> None:
         try:
             conn.execute(f"LOAD '{_quote(str(target))}'")
         except duckdb.Error as exc:
-            raise StoreError(f"cannot load DuckDB's {name} extension from {source} (built for "
-                             f"DuckDB {source.parent.name}, this is {duckdb.__version__}): "
-                             f"{exc}") from exc
+            raise StoreError(f"cannot load DuckDB's {name} extension from {source}: {exc}"
+                             ) from exc
 
 
 @contextlib.contextmanager

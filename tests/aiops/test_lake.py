@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -16,9 +17,11 @@ from aiops.errors import AIOpsError, ConfigError, StoreError
 from aiops.lake import CATALOG, LakeOptions
 from aiops.pgcluster import PostgresCluster
 from aiops.store import Store
-from tests.lake import LakeOf, lake_of, logs, pg
+from tests.lake import LakeOf, lake_of, logs, pg, require_lake
 
 __all__ = ["lake_of", "pg"]  # fixtures
+
+pytestmark = pytest.mark.lake
 
 
 def per_server(store: Store, table: str = "logs_all") -> dict[str, tuple[int, int]]:
@@ -168,11 +171,21 @@ def test_upkeep_merges_the_small_files_of_many_commits(two: tuple[Store, Store],
 
 
 def test_the_catalogs_password_stays_out_of_errors(tmp_path: Path) -> None:
+    require_lake()
     options = LakeOptions("dbname=nowhere host=127.0.0.1 port=1 user=x password=hunter2",
                           tmp_path / "data", "a")
     with pytest.raises(StoreError) as failed:
         Store(tmp_path / "a.duckdb", lake=options)
     assert "hunter2" not in str(failed.value) and "password=***" in str(failed.value)
+
+
+def test_without_the_lakes_duckdb_attaching_says_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require_lake()
+    monkeypatch.setattr(duckdb, "__version__", "9.9.9")  # as DuckDB 2.x reports itself
+    with pytest.raises(StoreError, match=r"built for DuckDB 1\.5\.5, and this is DuckDB "
+                                         r"9\.9\.9: .*aiops\[lake\]"):
+        Store(None, lake=LakeOptions("dbname=x", tmp_path / "data", "a"))
 
 
 def test_the_lake_backend_needs_its_catalog_and_data_path() -> None:

@@ -19,6 +19,8 @@ from tests.lake import LakeOf, lake_of, pg
 
 __all__ = ["lake_of", "pg"]  # fixtures
 
+pytestmark = pytest.mark.lake
+
 
 class Sender:
     """Sends spans to a server until stopped, remembering what it acknowledged."""

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from aiops.bench.lake import LakeBenchConfig, run_lake
+from tests.lake import require_lake
+
+pytestmark = pytest.mark.lake
 
 
 def test_a_tiny_lake_bench_reports_ingest_queries_bytes_and_upkeep(tmp_path: Path) -> None:
+    require_lake()
     cfg = LakeBenchConfig(rows=400_000, ingest_rows=100_000, batch_rows=20_000,
                           commit_interval_s=0.5, small_commits=12, repetitions=2, hours=0.5)
     r = run_lake(tmp_path, cfg)
