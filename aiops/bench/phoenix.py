@@ -6,23 +6,28 @@ its request's 200 arrives (the server answers after its group commit in DuckDB);
 answers first and inserts in the background, so its figure is taken when its database holds
 every span (polled), with the time its HTTP answers took beside it. Phoenix runs from its own
 virtualenv (``--venv``; its pins conflict with this project's), with its default SQLite
-storage in a temporary working directory.
+storage in a temporary working directory, or (``storage="postgresql"``, its production
+setup) on a throwaway PostgreSQL on loopback pinned to Phoenix's core.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import httpx
 
 from aiops.bench.common import free_port, peak_rss_mib, running_server
 from aiops.bench.ingest import _replay, encoded_trace_requests
+from aiops.pgcluster import USER, PostgresCluster
 
 __all__ = ["PhoenixResult", "run_phoenix"]
 
@@ -44,6 +49,7 @@ class PhoenixResult:
     aiops: Side
     phoenix: Side
     phoenix_version: str
+    storage: str = "sqlite"  # Phoenix's
 
     @property
     def ratio(self) -> float:
@@ -70,12 +76,53 @@ def _stored(db: Path) -> int:
         return 0  # not created yet, or busy: poll again
 
 
+Storage = Literal["sqlite", "postgresql"]
+
+
+@contextlib.contextmanager
+def _storage(kind: Storage, workdir: Path) -> Iterator[tuple[dict[str, str], Callable[[], int]]]:
+    """Phoenix's environment for its storage, and how many spans that storage holds."""
+    if kind == "sqlite":
+        yield {}, lambda: _stored(workdir / "phoenix.db")
+        return
+    folder = Path(tempfile.mkdtemp(prefix="aiops-bench-phoenix-pg-"))
+    previous = os.sched_getaffinity(0)
+    if (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {0})  # PostgreSQL shares Phoenix's core
+    try:
+        cluster = PostgresCluster(folder).start()
+    finally:
+        os.sched_setaffinity(0, previous)
+    try:
+        cluster.create_database("phoenix")
+
+        def stored() -> int:
+            out = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(cluster.port), "-U",
+                                  USER, "-d", "phoenix", "-tAc", "SELECT count(*) FROM spans"],
+                                 capture_output=True, text=True, timeout=60, check=False)
+            return int(out.stdout.strip()) if out.returncode == 0 else 0  # no table yet
+
+        yield {"PHOENIX_SQL_DATABASE_URL":
+               f"postgresql://{USER}@127.0.0.1:{cluster.port}/phoenix"}, stored
+    finally:
+        cluster.stop("immediate")
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
 def _run_phoenix(venv: Path, bodies: list[bytes], spans: int, clients: int, workdir: Path,
-                 timeout_s: float) -> Side:
+                 timeout_s: float, storage: Storage = "sqlite") -> Side:
+    with _storage(storage, workdir) as (database, count):
+        return _serve_phoenix(venv, bodies, spans, clients, workdir, timeout_s, database,
+                              count)
+
+
+def _serve_phoenix(venv: Path, bodies: list[bytes], spans: int, clients: int, workdir: Path,
+                   timeout_s: float, database: dict[str, str], count: Callable[[], int]
+                   ) -> Side:
     port = free_port()
     env = {**os.environ, "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(free_port()),
            "PHOENIX_HOST": "127.0.0.1", "PHOENIX_WORKING_DIR": str(workdir),
-           "PHOENIX_TELEMETRY_ENABLED": "false"}
+           "PHOENIX_TELEMETRY_ENABLED": "false", **database}
     cmd = [str(venv / "bin" / "phoenix"), "serve"]
     if (os.cpu_count() or 1) > 1:
         cmd = ["taskset", "-c", "0", *cmd]
@@ -98,10 +145,9 @@ def _run_phoenix(venv: Path, bodies: list[bytes], spans: int, clients: int, work
             time.sleep(0.5)
         started = time.perf_counter()
         accepted = _replay(url, "traces", bodies, 1, clients)
-        db = workdir / "phoenix.db"
-        while _stored(db) < spans:
+        while count() < spans:
             if time.perf_counter() - started > timeout_s:
-                raise RuntimeError(f"phoenix stored {_stored(db)} of {spans} spans in "
+                raise RuntimeError(f"phoenix stored {count()} of {spans} spans in "
                                    f"{timeout_s:g} s")
             time.sleep(0.5)  # seldom: a reader must not be what slows its writer
         stored = time.perf_counter() - started
@@ -127,7 +173,8 @@ def _run_aiops(bodies: list[bytes], spans: int, clients: int, workdir: Path) -> 
 
 
 def run_phoenix(venv: Path, requests: int = 20, spans_per_request: int = 1000,
-                clients: int = 4, timeout_s: float = 1200) -> PhoenixResult:
+                clients: int = 4, timeout_s: float = 1200, storage: Storage = "sqlite"
+                ) -> PhoenixResult:
     """The same ``requests`` x ``spans_per_request`` distinct spans into each server."""
     version = _phoenix_version(venv)
     bodies = encoded_trace_requests(requests, spans_per_request)
@@ -137,5 +184,6 @@ def run_phoenix(venv: Path, requests: int = 20, spans_per_request: int = 1000,
         (work / "aiops").mkdir()
         (work / "phoenix").mkdir()
         ours = _run_aiops(bodies, spans, clients, work / "aiops")
-        theirs = _run_phoenix(venv, bodies, spans, clients, work / "phoenix", timeout_s)
-    return PhoenixResult(ours, theirs, version)
+        theirs = _run_phoenix(venv, bodies, spans, clients, work / "phoenix", timeout_s,
+                              storage)
+    return PhoenixResult(ours, theirs, version, storage)

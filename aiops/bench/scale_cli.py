@@ -53,13 +53,20 @@ def bench_phoenix(
                                           help="Distinct pre-encoded requests.")] = 20,
     spans_per_request: Annotated[int, typer.Option(min=1, max=10_000)] = 1000,
     clients: Annotated[int, typer.Option(min=1, max=64)] = 4,
+    storage: Annotated[str, typer.Option(
+        help="Phoenix's storage: sqlite (its default) or postgresql (its production setup: a "
+             "throwaway PostgreSQL on loopback, on Phoenix's core).")] = "sqlite",
 ) -> None:
     """Span ingest beside Arize Phoenix's OTLP receiver: the same requests into each, spans
     stored per second and peak RSS, as ratios."""
+    if storage not in ("sqlite", "postgresql"):
+        raise typer.BadParameter("sqlite or postgresql", param_hint="--storage")
     from aiops.bench.phoenix import run_phoenix
 
-    r = run_phoenix(venv, requests, spans_per_request, clients)
-    t = Table("figure", "aiops", f"Phoenix {r.phoenix_version}", "aiops / Phoenix",
+    r = run_phoenix(venv, requests, spans_per_request, clients,
+                    storage="postgresql" if storage == "postgresql" else "sqlite")
+    t = Table("figure", "aiops", f"Phoenix {r.phoenix_version} ({r.storage})",
+              "aiops / Phoenix",
               title=f"ingest beside Phoenix: {r.aiops.spans:,} spans, {clients} clients, "
                     "each server on 1 core")
     t.add_row("spans stored per second", f"{r.aiops.stored_per_s:,.0f}",
