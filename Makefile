@@ -174,7 +174,7 @@ phoenix-env: $(PHOENIX_STAMP)
 
 $(PHOENIX_STAMP): constraints-phoenix.txt
 	@test -x $(PHOENIX_VENV)/bin/python || $(PYTHON) -m venv $(PHOENIX_VENV)
-	$(PHOENIX_VENV)/bin/python -m pip install -q -c constraints-phoenix.txt arize-phoenix
+	$(PHOENIX_VENV)/bin/python -m pip install -q -c constraints-phoenix.txt 'arize-phoenix[pg]'
 	touch $@
 
 bench: install phoenix-env

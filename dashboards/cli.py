@@ -36,11 +36,11 @@ def _fail(exc: AIOpsError, code: int = 1) -> typer.Exit:
 
 
 def _render(models: Path | None, prometheus_url: str, server_url: str,
-            server_ca: Path | None = None) -> dict[str, str]:
+            server_ca: Path | None = None, every_server: bool = False) -> dict[str, str]:
     from dashboards.generate import render
 
     try:
-        return render(models, prometheus_url, server_url, _pem(server_ca))
+        return render(models, prometheus_url, server_url, _pem(server_ca), every_server)
     except AIOpsError as exc:
         raise _fail(exc, 2) from exc
 
@@ -58,6 +58,9 @@ def generate(
     out: Annotated[Path | None, typer.Option(
         help="Directory for generated/ and provisioning/ (default: the dashboards package, "
              "whose files are committed).")] = None,
+    all_servers: Annotated[bool, typer.Option(
+        "--all-servers", help="Panels read every server's rows (`<table>_all`: with "
+        "storage_backend=ducklake, the lake's), not this server's; needs --out.")] = False,
 ) -> None:
     """Write the dashboards' JSON and Grafana's provisioning files."""
     from dashboards.generate import PACKAGE_DIR, write
@@ -66,7 +69,10 @@ def generate(
         # The package's files are committed: a CA there is one deployment's secret.
         raise _fail(AIOpsError("--server-ca embeds a deployment's CA: write with --out DIR, "
                                "not into the committed package files"), 2)
-    files = _render(models, prometheus_url, server_url, server_ca)
+    if all_servers and out is None:
+        raise _fail(AIOpsError("--all-servers writes a deployment's variant: write with "
+                               "--out DIR, not into the committed package files"), 2)
+    files = _render(models, prometheus_url, server_url, server_ca, all_servers)
     for path in write(out or PACKAGE_DIR, files):
         console.print(str(path))
 

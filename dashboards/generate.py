@@ -22,6 +22,7 @@ from dashboards.datasources import (
 )
 from dashboards.ebpf import ebpf
 from dashboards.incidents import incidents
+from dashboards.infinity import all_servers
 from dashboards.panels import Board
 from dashboards.pipeline import pipeline
 from dashboards.serving import canary, overview
@@ -56,8 +57,11 @@ def _yaml(doc: dict[str, Any]) -> str:
 
 def render(models_file: Path | None = None, prometheus_url: str = DEFAULT_PROMETHEUS_URL,
            server_url: str = DEFAULT_SERVER_URL,
-           server_ca: str | None = None) -> dict[str, str]:
-    files = {f"{GENERATED}/{b.uid}.json": _json(b.build()) for b in boards(models_file)}
+           server_ca: str | None = None, every_server: bool = False) -> dict[str, str]:
+    """The files ``generate`` writes; ``every_server``: panels read ``<table>_all`` (every
+    server's rows, with a lake) instead of this server's tables."""
+    with all_servers(every_server):
+        files = {f"{GENERATED}/{b.uid}.json": _json(b.build()) for b in boards(models_file)}
     files[f"{PROVISIONING}/datasources/aiops.yaml"] = _yaml(
         provisioning_datasources(prometheus_url, server_url, server_ca))
     files[f"{PROVISIONING}/dashboards/aiops.yaml"] = _yaml(provisioning_dashboards())

@@ -11,7 +11,11 @@ objects keyed by the declared columns. Time bounds travel as the first two param
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -21,11 +25,28 @@ from grafana_foundation_sdk.models import dashboard as model
 
 from dashboards.datasources import INFINITY
 
-__all__ = ["SQL_PATH", "TIME_PARAMS", "Column", "Infinity", "InfinityQuery", "rows_selector"]
+__all__ = ["SQL_PATH", "TIME_PARAMS", "Column", "Infinity", "InfinityQuery", "all_servers",
+           "rows_selector"]
 
 SQL_PATH = "/api/v1/sql"
 # Interpolated by Grafana into the request body (epoch milliseconds of the dashboard range).
 TIME_PARAMS = ["${__from}", "${__to}"]
+
+
+# The telemetry tables a panel reads: this server's, or (``all_servers``) ``<table>_all``,
+# which with a lake (docs/scaling.md) reads every server's rows.
+_TELEMETRY = re.compile(r"\b(FROM|JOIN)\s+(spans|logs|metric_points)\b(?!_)")
+_ALL_SERVERS: ContextVar[bool] = ContextVar("all_servers", default=False)
+
+
+@contextlib.contextmanager
+def all_servers(on: bool = True) -> Iterator[None]:
+    """Panels built inside read ``<table>_all`` instead of ``<table>``."""
+    token = _ALL_SERVERS.set(on)
+    try:
+        yield
+    finally:
+        _ALL_SERVERS.reset(token)
 
 
 @dataclass(frozen=True)
@@ -92,6 +113,8 @@ class Infinity(cogbuilder.Builder[cogvariants.Dataquery]):
         """A statement whose first two ``?`` are the range's start and end (epoch ms) when
         ``timed``; ``params`` follow them."""
         all_params = [*(TIME_PARAMS if timed else []), *(params or [])]
+        if _ALL_SERVERS.get():
+            sql = _TELEMETRY.sub(r"\1 \2_all", sql)
         return cls(SQL_PATH, rows_selector(columns), columns,
                    {"sql": " ".join(sql.split()), "params": all_params})
 

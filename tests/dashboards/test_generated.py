@@ -4,11 +4,13 @@ together: every panel names a provisioned datasource, every Infinity body is val
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
 
+from aiops.store import Store
 from dashboards.cli import app
 from dashboards.datasources import INFINITY_PLUGIN, SERVER_TOKEN_FILE, datasources
 from dashboards.generate import GENERATED, PACKAGE_DIR, PROVISIONING, render
@@ -99,3 +101,34 @@ def test_slo_objectives_come_from_the_model_specs(tmp_path: Path) -> None:
     slo = render(models_file=specs)[f"{GENERATED}/aiops-slo.json"]
     assert "('tiny', 123.0, 0.01, 0.02)" in slo
     assert "smollm2" not in slo
+
+
+def test_all_servers_panels_read_every_servers_tables_and_run(tmp_path: Path) -> None:
+    """`generate --all-servers`: every telemetry table a panel names is `<table>_all` (with a
+    lake, every server's rows), and every such statement runs on a store."""
+    files = render(every_server=True)
+    store = Store(tmp_path / "telemetry.duckdb")
+    ran = 0
+    try:
+        for name, text in files.items():
+            if not name.endswith(".json"):
+                continue
+            for q in queries(json.loads(text)):
+                if not q.is_infinity or q.target["url_options"]["method"] != "POST":
+                    continue
+                data = q.target["url_options"]["data"]
+                body = json.loads(data.replace("${__from}", "0").replace("${__to}", "1"))
+                sql = body["sql"]
+                assert not re.search(r"\b(FROM|JOIN)\s+(spans|logs|metric_points)\b(?!_)",
+                                     sql), q.where
+                if "_all" in sql:
+                    store.query(sql, ["x" if p == "$model" else p for p in body["params"]])
+                    ran += 1
+    finally:
+        store.close()
+    assert ran > 10
+
+
+def test_all_servers_dashboards_are_never_written_into_the_package() -> None:
+    result = CliRunner().invoke(app, ["generate", "--all-servers"])
+    assert result.exit_code == 2 and "--out" in result.output
