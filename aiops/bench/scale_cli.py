@@ -55,7 +55,7 @@ def bench_phoenix(
     clients: Annotated[int, typer.Option(min=1, max=64)] = 4,
     storage: Annotated[str, typer.Option(
         help="Phoenix's storage: sqlite (its default) or postgresql (its production setup: a "
-             "throwaway PostgreSQL on loopback, on Phoenix's core).")] = "sqlite",
+             "throwaway PostgreSQL on loopback, on the other core).")] = "sqlite",
 ) -> None:
     """Span ingest beside Arize Phoenix's OTLP receiver: the same requests into each, spans
     stored per second and peak RSS, as ratios."""

@@ -59,6 +59,16 @@ def servers(tmp_path: Path, lake_of: LakeOf) -> Iterator[dict[str, LakeServer]]:
         s.stop(signal.SIGKILL)
 
 
+def acks(server: LakeServer, more: int, timeout_s: float = 120) -> None:
+    """Wait until ``server`` has acknowledged ``more`` spans beyond what it had (no fixed
+    sleeps: the lane may run at idle priority beside others)."""
+    target = len(server.acked) + more
+    deadline = time.monotonic() + timeout_s
+    while len(server.acked) < target:
+        assert time.monotonic() < deadline, f"{server.settings.server_id} stopped acknowledging"
+        time.sleep(0.05)
+
+
 def lake_holds(reader: LakeServer, writer: LakeServer, timeout_s: float = 60) -> None:
     """Every span ``writer`` acknowledged is in the lake as ``reader`` reads it, once each."""
     deadline = time.monotonic() + timeout_s
@@ -78,12 +88,13 @@ def test_what_a_killed_server_acknowledged_reaches_the_lake_after_its_restart(
         servers: dict[str, LakeServer]) -> None:
     a, b = servers["a"], servers["b"]
     senders = [Sender(a), Sender(b)]
-    time.sleep(2.0)
+    acks(a, 2000)
+    acks(b, 2000)
     a.stop(signal.SIGKILL)  # mid-ingest, with rows acknowledged and not yet in the lake
     senders[0].join()
     a.start()
     senders[0] = Sender(a)
-    time.sleep(1.0)
+    acks(a, 1000)
     for s in senders:
         s.join()
     lake_holds(b, a)  # b reads a's rows from the lake alone
@@ -95,16 +106,18 @@ def test_a_catalog_restart_under_load_loses_nothing_and_is_logged(
         servers: dict[str, LakeServer], pg: PostgresCluster) -> None:
     a, b = servers["a"], servers["b"]
     senders = [Sender(a), Sender(b)]
-    time.sleep(1.0)
+    acks(a, 1000)
     pg.stop()
     try:
-        time.sleep(3.0)  # ingest goes on; commits fail and retry
-        acked_while_down = len(a.acked)
-        time.sleep(1.0)
-        assert len(a.acked) > acked_while_down  # still acknowledging
+        down = time.monotonic()
+        acks(a, 2000)  # ingest goes on: acknowledged while the catalog is down
+        acks(b, 2000)
+        while "lake unreachable" not in a.log.read_text():  # commits fail and retry
+            assert time.monotonic() - down < 120
+            time.sleep(0.1)
     finally:
         pg.start()
-    time.sleep(1.0)
+    acks(a, 1000)
     for s in senders:
         s.join()
     lake_holds(b, a)
