@@ -48,7 +48,7 @@ class LakeServer:
             self.proc = subprocess.Popen([sys.executable, "-m", "aiops", "server"],
                                          env={**os.environ, **settings_env(self.settings)},
                                          stdout=subprocess.DEVNULL, stderr=err)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a loaded machine: imports take long
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{self.settings.server_url}/readyz").status_code == 200:
