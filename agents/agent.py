@@ -101,14 +101,14 @@ class Agent:
     # -- what the store knows -----------------------------------------------------------------
 
     def known_models(self) -> list[str]:
-        rows = self.box.store.query(
+        rows = self.box.query(
             "SELECT DISTINCT service_name FROM spans WHERE service_name <> 'ingress' "
             "UNION SELECT DISTINCT service FROM incidents_current ORDER BY 1", [], 200).rows
         seen = [r[0] for r in rows if r[0]]
         return sorted({*seen, *self.box.models, *(o.model for o in self.box.objectives)})
 
     def known_versions(self) -> list[str]:
-        rows = self.box.store.query(
+        rows = self.box.query(
             "SELECT DISTINCT (attributes->>'aiops.model.version') FROM spans", [], 200).rows
         return [r[0] for r in rows if r[0]]
 

@@ -26,7 +26,7 @@ from aiops.analytics.slo import Objective
 from aiops.capacity import Capacity
 from aiops.errors import AIOpsError
 from aiops.remediation.actions import Action, ActionKind, new_action
-from aiops.store import Store
+from aiops.store import QueryResult, Store
 
 if TYPE_CHECKING:
     from agents.memory import LazyMemory
@@ -146,10 +146,15 @@ class Toolbox:
 
     # -- the tools ----------------------------------------------------------------------------
 
+    def query(self, sql: str, params: list[Any], limit: int | None = None) -> QueryResult:
+        """One read of the tools: with a lake, the telemetry tables hold every server's rows
+        (a question about a model served by another server's cluster is answered too)."""
+        return self.store.query(sql, params, limit or self.limits.lookup_rows,
+                                timeout_s=self.limits.sql_timeout_s, every_server=True)
+
     def _rows(self, sql: str, params: list[Any], limit: int | None = None
               ) -> list[dict[str, Any]]:
-        result = self.store.query(sql, params, limit or self.limits.lookup_rows,
-                                  timeout_s=self.limits.sql_timeout_s)
+        result = self.query(sql, params, limit)
         return [dict(zip(result.columns, r, strict=True)) for r in result.rows]
 
     def _fail(self, tool: str, params: dict[str, Any], error: str) -> ToolResult:
@@ -235,7 +240,8 @@ class Toolbox:
         try:
             # Text an LLM wrote is untrusted (prompt injection): the guarded read path.
             result = self.store.query_untrusted(sql, [], self.limits.sql_rows,
-                                                self.limits.sql_timeout_s, 4 * 2**20)
+                                                self.limits.sql_timeout_s, 4 * 2**20,
+                                                every_server=True)
         except AIOpsError as exc:
             return self._fail("run_sql", params, str(exc))
         return {"columns": result.columns,

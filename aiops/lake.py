@@ -37,6 +37,9 @@ CATALOG = "lake"  # the name the lake is attached under
 COMMITS = "aiops_lake_commits"  # (server_id, upto, rows, time): the batches each server committed
 SERVER_ID = "server_id"  # the column every lake row carries: which server wrote it
 BATCH = "lake_batch"  # the outbox's batch number
+# A schema of views named like the time-series tables over their ``<table>_all``: a reader
+# that puts it first in its search path (the agent's) reads every server with the same SQL.
+EVERY_SERVER = "every_server"
 # DuckDB finds an extension's entry point by its file name, which the PyPI wheels do not use.
 _EXTENSIONS = (("postgres_scanner", "duckdb_extension_postgres"),
                ("ducklake", "duckdb_extension_ducklake"))

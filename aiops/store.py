@@ -32,7 +32,7 @@ from aiops.errors import (
     StoreError,
 )
 from aiops.fileperms import private_dir, private_file
-from aiops.lake import CommitResult, Lake, LakeOptions
+from aiops.lake import EVERY_SERVER, CommitResult, Lake, LakeOptions
 from aiops.ledger import CHAINED_TABLES, GENESIS, Anchor, link_entries
 from aiops.migrations import apply_migrations
 from aiops.querywatch import QueryWatch
@@ -260,12 +260,13 @@ class Store:
 
     def query(
         self, sql: str, params: list[Any] | None = None, limit: int | None = None,
-        timeout_s: float | None = None,
+        timeout_s: float | None = None, every_server: bool = False,
     ) -> QueryResult:
         """Run one read-only statement; at most ``limit`` rows come back, and a statement
-        still running after ``timeout_s`` is interrupted (QueryTimeout)."""
+        still running after ``timeout_s`` is interrupted (QueryTimeout). ``every_server``:
+        with a lake, ``spans``, ``logs`` and ``metric_points`` name every server's rows."""
         self._check_read_only(sql)
-        cur = self._cursor()
+        cur = self._cursor(every_server)
         timer = threading.Timer(timeout_s, cur.interrupt) if timeout_s else None
         if timer is not None:
             timer.start()
@@ -287,7 +288,7 @@ class Store:
 
     def query_untrusted(
         self, sql: str, params: list[Any] | None, limit: int, timeout_s: float,
-        max_bytes: int, max_memory_bytes: int | None = None,
+        max_bytes: int, max_memory_bytes: int | None = None, every_server: bool = False,
     ) -> QueryResult:
         """Run SQL from outside the process (HTTP API, Grafana, the agent) so that it cannot
         change anything: ``sqlguard`` admits one SELECT over the store's tables with no file,
@@ -296,9 +297,9 @@ class Store:
         interrupted after ``timeout_s`` (QueryTimeout) and stopped once its rows pass
         ``max_bytes`` (ResultTooLarge), or once the process grew by ``max_memory_bytes``
         while it ran (``aiops.querywatch``; ResultTooLarge); its cursor and thread are
-        released whatever happens.
+        released whatever happens. ``every_server`` as for ``query``.
         """
-        cur = self._cursor()
+        cur = self._cursor(every_server)
         watch = QueryWatch(cur.interrupt, timeout_s, max_memory_bytes,
                            pooled=self._pooled_bytes).__enter__()
         try:
@@ -426,14 +427,18 @@ class Store:
                             raise StoreError(f"cannot close the database: {exc}") from exc
                 time.sleep(0.01)  # the interrupted statements unwind in their threads
 
-    def _cursor(self) -> duckdb.DuckDBPyConnection:
-        """A cursor of its own for one statement, known to close()."""
+    def _cursor(self, every_server: bool = False) -> duckdb.DuckDBPyConnection:
+        """A cursor of its own for one statement, known to close(). ``every_server`` (with a
+        lake): the time-series tables' names resolve to the lake's views of every server
+        (``aiops.lake.EVERY_SERVER``), so the same SQL reads one server or all of them."""
         with self._conn_lock:
             if self._closing:
                 raise StoreError("the store is closed")
             cur = self._conn.cursor()
             self._cursors.add(cur)
-            return cur
+        if every_server and self.lake is not None:
+            cur.execute(f"SET search_path = '{EVERY_SERVER},main'")
+        return cur
 
     def _interrupted(self, timeout_s: float | None) -> StoreError:
         if self._closing:

@@ -12,6 +12,7 @@ import duckdb
 
 from aiops.errors import StoreError
 from aiops.fileperms import private_file
+from aiops.lake import EVERY_SERVER
 from aiops.schema import table
 
 if TYPE_CHECKING:
@@ -96,3 +97,7 @@ def refresh_views(store: Store) -> None:
                            .fetchall()}
                 source += f" UNION ALL BY NAME {table(name).archived_select(files, present)}"
             cur.execute(f"CREATE OR REPLACE VIEW {name}_all AS {source}")
+            if store.lake is not None:
+                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {EVERY_SERVER}")
+                cur.execute(f"CREATE OR REPLACE VIEW {EVERY_SERVER}.{name} AS "
+                            f"SELECT * FROM main.{name}_all")

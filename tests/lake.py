@@ -16,6 +16,7 @@ import pytest
 
 from aiops.lake import LakeOptions, lake_unavailable
 from aiops.pgcluster import PostgresCluster
+from aiops.store import Store
 
 _names = itertools.count()
 
@@ -53,6 +54,16 @@ def lake_of(pg: PostgresCluster, tmp_path: Path) -> LakeOf:
     dsn = pg.create_database(f"lake_{next(_names)}_{int(time.time())}")
     return lambda server_id: LakeOptions(dsn, tmp_path / "lake-data", server_id,
                                          commit_interval_s=0.5, upkeep_interval_s=0)
+
+
+@pytest.fixture
+def two(tmp_path: Path, lake_of: LakeOf) -> Iterator[tuple[Store, Store]]:
+    """Two servers' stores ("a" and "b") on one new lake."""
+    a = Store(tmp_path / "a" / "telemetry.duckdb", lake=lake_of("a"))
+    b = Store(tmp_path / "b" / "telemetry.duckdb", lake=lake_of("b"))
+    yield a, b
+    a.close()
+    b.close()
 
 
 def logs(n: int, server: str, start: int = 0) -> pa.Table:

@@ -91,8 +91,7 @@ class Ask:
         cited = CitedQuery(sql=inline(sql, params), rows=0)
         self.report.queries.append(cited)
         try:
-            result = self.box.store.query(sql, params, limit,
-                                          timeout_s=self.box.limits.sql_timeout_s)
+            result = self.box.query(sql, params, limit)
         except AIOpsError as exc:
             cited.error = str(exc)
             self.report.gaps.append(f"a query failed: {exc}")

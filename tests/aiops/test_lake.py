@@ -17,9 +17,9 @@ from aiops.errors import AIOpsError, ConfigError, StoreError
 from aiops.lake import CATALOG, LakeOptions
 from aiops.pgcluster import PostgresCluster
 from aiops.store import Store
-from tests.lake import LakeOf, lake_of, logs, pg, require_lake
+from tests.lake import LakeOf, lake_of, logs, pg, require_lake, two
 
-__all__ = ["lake_of", "pg"]  # fixtures
+__all__ = ["lake_of", "pg", "two"]  # fixtures
 
 pytestmark = pytest.mark.lake
 
@@ -34,15 +34,6 @@ def per_server(store: Store, table: str = "logs_all") -> dict[str, tuple[int, in
 def in_lake(store: Store) -> dict[str, int]:
     rows = store.query(f"SELECT server_id, count(*) FROM {CATALOG}.logs GROUP BY 1").rows
     return {r[0]: int(r[1]) for r in rows}
-
-
-@pytest.fixture
-def two(tmp_path: Path, lake_of: LakeOf) -> Iterator[tuple[Store, Store]]:
-    a = Store(tmp_path / "a" / "telemetry.duckdb", lake=lake_of("a"))
-    b = Store(tmp_path / "b" / "telemetry.duckdb", lake=lake_of("b"))
-    yield a, b
-    a.close()
-    b.close()
 
 
 def test_two_servers_read_each_others_rows_through_the_lake(two: tuple[Store, Store]
