@@ -121,39 +121,44 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt | sysdeps llama-wheel
 	touch $@
 
 test:
-	@# The two virtualenvs and the lake's DuckDB install side by side (mostly unpacking and
-	@# downloading wheels: ~1, ~2 and ~1.5 min).
-	@$(MAKE) --no-print-directory -j3 install vllm-env lake-env
-	@# Lanes, cheapest first so a broken change fails in minutes: the unit lane (no stack); the
-	@# lake lane (DuckDB 1.5.5 from lake-env in front, a throwaway PostgreSQL, real servers: at
-	@# idle priority its server starts starved past their deadline once, so in the foreground); the
-	@# stack lane (one session stack, the attach and live tests); the end-to-end demo runs
-	@# ("alone", after the session's stack is gone: they judge detection and recovery in
-	@# seconds). The stack lane mostly waits on its stack, so from its start the `offline` tests
-	@# (dataset evaluations and other pure computation: no servers, no timing) and the decoder's
-	@# fuzz smoke (a
-	@# fixed number of executions, about a CPU-minute) run at idle priority (SCHED_IDLE: only
-	@# the cores' spare time, never a slice a test wants) and are waited for at the end. Idle
-	@# work may wait long behind busy stack tests, so its per-test limit is 50 minutes, not 10.
-	@# As root the eBPF and Prometheus tests must run (not skip): that is how CI runs.
-	@if [ "$$(id -u)" = 0 ]; then export AIOPS_REQUIRE_EBPF=1 AIOPS_REQUIRE_PROMETHEUS=1; fi; \
+	@# Installs: the Debian packages and the llama.cpp wheel first (both virtualenvs take it);
+	@# then the project's virtualenv and the lake's DuckDB (~1.5 min), while the vLLM
+	@# virtualenv (~4 min: CPU torch) installs in the background: only the stack lane needs it.
+	@# Lanes, cheapest first so a broken change fails in minutes: the unit lane (no stack) with
+	@# the lake lane beside it (DuckDB 1.5.5 from lake-env in front, a throwaway PostgreSQL,
+	@# real servers: at idle priority its server starts once starved past their deadline, so at
+	@# normal priority); the stack lane (one session stack, the attach and live tests); the
+	@# end-to-end demo runs ("alone", after the session's stack is gone: they judge detection
+	@# and recovery in seconds). From the unit lane on, the `offline` tests (dataset evaluations
+	@# and other pure computation: no servers, no timing) and the decoder's fuzz smoke (a fixed
+	@# number of executions, about a CPU-minute) run at idle priority (SCHED_IDLE: only the
+	@# cores' spare time, never a slice a test wants) and are waited for at the end. Idle work
+	@# may wait long behind busy tests, so its per-test limit is 50 minutes, not 10. As root
+	@# the eBPF and Prometheus tests must run (not skip): that is how CI runs.
+	@$(MAKE) --no-print-directory sysdeps llama-wheel
+	@mkdir -p build/fuzz; $(MAKE) --no-print-directory vllm-env > build/vllm-env.log 2>&1 & venv=$$!; \
+	$(MAKE) --no-print-directory -j2 install lake-env || { kill $$venv; exit 1; }; \
+	if [ "$$(id -u)" = 0 ]; then export AIOPS_REQUIRE_EBPF=1 AIOPS_REQUIRE_PROMETHEUS=1; fi; \
 	export AIOPS_REQUIRE_VLLM=1 AIOPS_REQUIRE_COMPILED=1; rc=0; smoke=; \
 	lane() { echo "== pytest -m '$$1'"; $(BIN)/python -m pytest -m "$$1" --durations=20 "$${@:2}"; r=$$?; \
 		if [ $$r -eq 5 ]; then echo "pytest collected no tests for '$$1': that is a failure"; r=1; fi; \
 		return $$r; }; \
-	lane "not stack and not alone and not offline and not lake" || rc=$$?; \
-	AIOPS_REQUIRE_LAKE=1 $(LAKE) lane "lake"; r=$$?; [ $$rc -eq 0 ] && rc=$$r; \
-	mkdir -p build/fuzz; \
 	export -f lane; chrt --idle 0 bash -c "lane 'offline and not stack and not alone' --timeout=3000" \
 		> build/offline-lane.log 2>&1 & evals=$$!; \
 	if command -v clang >/dev/null; then \
 		chrt --idle 0 $(MAKE) --no-print-directory fuzz-smoke > build/fuzz/smoke.log 2>&1 & smoke=$$!; \
 	else echo "NOTE: no clang, so no fuzz smoke (as root, make installs Debian's clang)"; fi; \
+	AIOPS_REQUIRE_LAKE=1 $(LAKE) bash -c "lane lake" > build/lake-lane.log 2>&1 & lake=$$!; \
+	lane "not stack and not alone and not offline and not lake" || rc=$$?; \
+	wait $$lake; r=$$?; cat build/lake-lane.log; echo "== (the lake lane, beside the unit lane: rc $$r)"; \
+	[ $$rc -eq 0 ] && rc=$$r; \
+	wait $$venv; r=$$?; tail -5 build/vllm-env.log; echo "== (make vllm-env, in the background: rc $$r)"; \
+	if [ $$r -ne 0 ]; then cat build/vllm-env.log; [ $$rc -eq 0 ] && rc=$$r; fi; \
 	lane "stack and not alone"; r=$$?; [ $$rc -eq 0 ] && rc=$$r; \
 	lane "alone"; r=$$?; [ $$rc -eq 0 ] && rc=$$r; \
-	wait $$evals; r=$$?; cat build/offline-lane.log; echo "== (the offline lane, at idle priority from the stack lane on: rc $$r)"; \
+	wait $$evals; r=$$?; cat build/offline-lane.log; echo "== (the offline lane, at idle priority from the unit lane on: rc $$r)"; \
 	[ $$rc -eq 0 ] && rc=$$r; \
-	if [ -n "$$smoke" ]; then wait $$smoke; r=$$?; echo "== fuzz smoke (make fuzz-smoke, at idle priority from the stack lane on): rc $$r"; \
+	if [ -n "$$smoke" ]; then wait $$smoke; r=$$?; echo "== fuzz smoke (make fuzz-smoke, at idle priority from the unit lane on): rc $$r"; \
 		grep -E "^Done|ERROR|Mismatch|crash-" build/fuzz/smoke.log || tail -20 build/fuzz/smoke.log; \
 		[ $$rc -eq 0 ] && rc=$$r; fi; \
 	exit $$rc
