@@ -28,7 +28,7 @@ from aiops.identity import REPLICA as REPLICA_ATTR
 
 __all__ = ["DECODED_MARK", "FAILED", "FAILED_SQL", "HTTP_STATUS", "HTTP_STATUS_ATTR",
            "HTTP_STATUS_SQL", "MODEL", "MODEL_ATTR", "MODEL_SQL", "MODEL_VERSION_ATTR",
-           "OLD_HTTP_STATUS_ATTR", "REPLICA", "REPLICA_ATTR", "REPLICA_SQL",
+           "OLD_HTTP_STATUS_ATTR", "PRIORITY_ATTR", "REPLICA", "REPLICA_ATTR", "REPLICA_SQL",
            "ROUTED_VERSION_SQL", "SERVICE_VERSION_ATTR", "VERSION", "VERSION_SQL",
            "WARMUP_ATTR", "derivations", "failed", "http_status", "ingest_select"]
 
@@ -39,6 +39,8 @@ SERVICE_VERSION_ATTR = "service.version"  # a resource attribute
 HTTP_STATUS_ATTR = "http.response.status_code"
 OLD_HTTP_STATUS_ATTR = "http.status_code"
 WARMUP_ATTR = "aiops.warmup"  # a replica's warm-up inference: served no user
+# The request's priority class at the ingress (realtime, batch): on its span and metrics.
+PRIORITY_ATTR = "aiops.priority"
 
 # The typed columns of ``spans`` that carry these meanings (``aiops.schema.SPANS``).
 MODEL = "model"

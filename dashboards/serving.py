@@ -54,6 +54,24 @@ def latency_percentiles(model_filter: bool) -> Infinity:
         ["$model"] if model_filter else None).timeseries()
 
 
+PRIORITY = f"(attributes->>'{semconv.PRIORITY_ATTR}')"
+
+
+def latency_by_priority() -> Infinity:
+    """p50/p99 of ingress requests per priority class (the ingress names the class on its
+    span), every model: is realtime work kept fast while batch work floods?"""
+    return Infinity.sql(
+        f"""{RANGE}
+        SELECT {bucket('start_time')} AS time, {PRIORITY} AS priority,
+               quantile_cont(duration_ns, 0.50) / 1e9 AS p50,
+               quantile_cont(duration_ns, 0.99) / 1e9 AS p99
+        FROM spans, r WHERE {INGRESS_SPANS} AND {in_range('start_time')}
+          AND {PRIORITY} IS NOT NULL AND {MODEL} = ?
+        GROUP BY ALL ORDER BY time""",
+        [Column("time", "timestamp_epoch"), Column("priority"), Column("p50", "number"),
+         Column("p99", "number")], ["$model"]).timeseries()
+
+
 def overview() -> Board:
     b = Board("aiops-serving", "aiops / Serving overview",
               "Request rate, errors, latency, TTFT/TPOT, tokens/s, queues and replicas per "
@@ -94,6 +112,21 @@ def overview() -> Board:
                          "first token.", "s",
                          prom(_mean("gen_ai_server_time_per_output_token_seconds", SEL),
                               LEGEND)),
+    )
+    b.row("Priority classes").add(
+        timeseries_panel(
+            "Latency by priority class (p50 / p99)", "Exact percentiles of ingress span "
+            "durations per class, for the model chosen (the realtime goal: p99 <= 120 ms "
+            "while batch floods; docs/benchmarks.md, Priority under load).", "s",
+            latency_by_priority()),
+        timeseries_panel(
+            "Shed by priority class", "429s per second per class: a full class queue, or "
+            "load shed by the controller. Realtime should be shed last.", "reqps",
+            prom(f"sum by ({BY}, aiops_priority) (rate(aiops_serve_requests_total{{{SEL},"
+                 f'http_response_status_code="429"}}[{RATE}])) or sum by ({BY}, '
+                 f"aiops_priority) (rate(aiops_serve_requests_total{{{SEL},"
+                 f'aiops_priority!=""}}[{RATE}])) * 0',
+                 f"{LEGEND} {{{{aiops_priority}}}}"), stacked=True),
     )
     b.row("Throughput and capacity").add(
         timeseries_panel(

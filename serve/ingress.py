@@ -114,7 +114,7 @@ class Ingress:
     def _observe_queues(self, _: CallbackOptions) -> Iterable[Observation]:
         for v in self._versions():
             for p in Priority:
-                yield Observation(v.gate.depth(p), {**self._labels(v), "aiops.priority": p.value})
+                yield Observation(v.gate.depth(p), {**self._labels(v), attrs.PRIORITY: p.value})
 
     def _observe_in_flight(self, _: CallbackOptions) -> Iterable[Observation]:
         for v in self._versions():
@@ -140,6 +140,8 @@ class Ingress:
         labels: dict[str, Any] = {attrs.HTTP_ROUTE: scope.route, attrs.HTTP_STATUS: status}
         if scope.target is not None:
             labels |= self._labels(scope.target)
+        if scope.priority is not None:
+            labels[attrs.PRIORITY] = scope.priority.value
         with use_span(scope.span, end_on_exit=True):
             scope.span.set_attribute(attrs.HTTP_STATUS, status)
             if status >= 500:
@@ -225,7 +227,8 @@ class Ingress:
                      ) -> tuple[Any, Version]:
         """Enter a version's admission gate: the slot (the caller must ``__aexit__`` it) and
         the version, another one when the first stopped taking traffic while this waited."""
-        priority = self._priority(request, target.spec)
+        priority = scope.priority = self._priority(request, target.spec)
+        scope.span.set_attribute(attrs.PRIORITY, priority.value)
         while True:
             if priority in target.shed:
                 raise ApiError(429, f"model {target.spec.name} is shedding {priority.value} "
@@ -241,6 +244,12 @@ class Ingress:
                                ) from exc
             except Rerouted:  # not started: the version now serving takes it
                 target = self._route(request, target.spec.name, scope)
+
+    @staticmethod
+    def _class(scope: Scope, spec: ModelSpec) -> str:
+        """The class a request was admitted in, for its replica (``serve.lanes``, vLLM's
+        priority scheduling)."""
+        return (scope.priority or spec.qos.priority).value
 
     async def _call(self, spec: ModelSpec, call: Awaitable[Any]) -> Any:
         try:
@@ -392,7 +401,8 @@ class Ingress:
         try:
             result: dict[str, Any] = await self._call(
                 target.spec, getattr(target.handle, method).remote(
-                    *args, self._carrier(scope), scope.inference_id))
+                    *args, self._carrier(scope), scope.inference_id,
+                    priority=self._class(scope, target.spec)))
             return result
         finally:
             await slot.__aexit__(None, None, None)
@@ -403,7 +413,8 @@ class Ingress:
         slot, target = await self._admit(request, target, scope)
         spec = target.spec
         handle = target.handle.options(stream=True)
-        deltas = handle.stream.remote(payload, self._carrier(scope), scope.inference_id)
+        deltas = handle.stream.remote(payload, self._carrier(scope), scope.inference_id,
+                                      priority=self._class(scope, spec))
         assert isinstance(deltas, DeploymentResponseGenerator)  # stream=True above
         deadline = time.monotonic() + spec.qos.timeout_s
 

@@ -41,6 +41,7 @@ from serve.gates import Trust, sample_image
 from serve.hardware import fingerprint
 from serve.hooks import ReplicaLedger, WarmupFailed, retire, warm_up
 from serve.keys import KeyUnavailable, key_provider_from_env
+from serve.lanes import Lanes
 from serve.packages import (
     ENCRYPTING_BACKENDS,
     PackageError,
@@ -50,7 +51,7 @@ from serve.packages import (
     load_public_keys,
     verify_package,
 )
-from serve.specs import Artifact, Faults, ModelSpec
+from serve.specs import Artifact, Faults, ModelSpec, Priority
 from serve.telemetry import Telemetry, TelemetryConfig, attrs, extract_context
 
 __all__ = ["ModelReplica", "ReportsCacheUsage", "ReportsEngineMetrics", "start_backend"]
@@ -114,6 +115,9 @@ class ModelReplica:
             # Before the backend starts its threads, so they inherit the class too.
             use_idle_cpu()
         self.backend = start_backend(spec)
+        # Batch calls on low-priority threads of their own where the backend allows
+        # concurrent calls (serve.lanes).
+        self.lanes = Lanes(bool(getattr(self.backend, "concurrent_calls", False)))
         self._closed = False  # close() has something to close from here on
         if isinstance(self.backend, ReportsEngineMetrics):
             from serve.backends.vllm_engine import ENGINE_METRICS
@@ -246,13 +250,13 @@ class ModelReplica:
                 raise ModelError(f"output violates the model's output_schema: {errors[0].message}")
 
     async def _run(self, operation: str, carrier: Mapping[str, str], inference_id: str,
-                   input_hash: str, fn: Any, *args: Any) -> Generation:
+                   input_hash: str, priority: str, fn: Any, *args: Any) -> Generation:
         span = self._span(operation, carrier, inference_id)
         with use_span(span, end_on_exit=True):
             started = time.perf_counter()
             try:
                 await self.faults.before_request()
-                result: Generation = await asyncio.to_thread(fn, *args)
+                result: Generation = await self.lanes.run(Priority(priority), fn, *args)
                 self._check_output(result)
             except ModelError as exc:
                 self._fail(span, exc, inference_id)
@@ -263,17 +267,18 @@ class ModelReplica:
     # -- the deployment's methods ----------------------------------------------------------
 
     async def generate(self, payload: dict[str, Any], carrier: dict[str, str],
-                       inference_id: str) -> dict[str, Any]:
+                       inference_id: str, priority: str = "realtime") -> dict[str, Any]:
         backend: ChatBackend = self.backend  # type: ignore[assignment]
-        request = _generation_request(payload)
+        request = _generation_request(payload, priority)
         op = "text_completion" if request.prompt is not None else "chat"
         return asdict(await self._run(op, carrier, inference_id, input_digest(payload),
-                                      backend.generate, request))
+                                      priority, backend.generate, request))
 
     async def stream(self, payload: dict[str, Any], carrier: dict[str, str],
-                     inference_id: str) -> AsyncIterator[dict[str, Any]]:
+                     inference_id: str, priority: str = "realtime"
+                     ) -> AsyncIterator[dict[str, Any]]:
         backend: ChatBackend = self.backend  # type: ignore[assignment]
-        request = _generation_request(payload)
+        request = _generation_request(payload, priority)
         op = "text_completion" if request.prompt is not None else "chat"
         span = self._span(op, carrier, inference_id, {"gen_ai.request.stream": True})
         chunks: Iterator[Delta] = backend.stream(request)
@@ -312,14 +317,14 @@ class ModelReplica:
                 await asyncio.to_thread(close)
 
     async def embed(self, texts: list[str], carrier: dict[str, str],
-                    inference_id: str) -> dict[str, Any]:
+                    inference_id: str, priority: str = "realtime") -> dict[str, Any]:
         backend: EmbeddingBackend = self.backend  # type: ignore[assignment]
         span = self._span("embeddings", carrier, inference_id)
         with use_span(span, end_on_exit=True):
             started = time.perf_counter()
             try:
                 await self.faults.before_request()
-                out = await asyncio.to_thread(backend.embed, texts)
+                out = await self.lanes.run(Priority(priority), backend.embed, texts)
             except ModelError as exc:
                 self._fail(span, exc, inference_id)
                 raise
@@ -328,12 +333,12 @@ class ModelReplica:
         return {"vectors": out.vectors, "tokens": out.tokens}
 
     async def see(self, images: list[bytes], prompt: str, carrier: dict[str, str],
-                  inference_id: str) -> dict[str, Any]:
+                  inference_id: str, priority: str = "realtime") -> dict[str, Any]:
         backend: VisionBackend = self.backend  # type: ignore[assignment]
         digest = input_digest({"prompt": prompt,
                                "images": [hashlib.sha256(i).hexdigest() for i in images]})
-        return asdict(await self._run("vision", carrier, inference_id, digest, backend.see,
-                                      images, prompt))
+        return asdict(await self._run("vision", carrier, inference_id, digest, priority,
+                                      backend.see, images, prompt))
 
     def close(self) -> None:
         """Post-scale-in (``serve.hooks.retire``), then telemetry and the backend; once."""
@@ -342,15 +347,17 @@ class ModelReplica:
         self._closed = True
         retire(self)
         self.telemetry.shutdown()
+        self.lanes.close()
         self.backend.shutdown()
 
 
-def _generation_request(payload: dict[str, Any]) -> GenerationRequest:
+def _generation_request(payload: dict[str, Any], priority: str) -> GenerationRequest:
     return GenerationRequest(
         messages=tuple(ChatMessage(m["role"], m["content"]) for m in payload.get("messages", ())),
         prompt=payload.get("prompt"), max_tokens=payload["max_tokens"],
         temperature=payload["temperature"], seed=payload.get("seed"),
-        stop=tuple(payload.get("stop", ())), json_schema=payload.get("json_schema"))
+        stop=tuple(payload.get("stop", ())), json_schema=payload.get("json_schema"),
+        realtime=Priority(priority) is Priority.REALTIME)
 
 
 def _check_trust(spec: ModelSpec, trust: Trust) -> None:

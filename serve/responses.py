@@ -14,6 +14,7 @@ from ray import serve
 
 from serve.openai_api import error_body
 from serve.routing import Version
+from serve.specs import Priority
 from serve.telemetry import attrs
 
 __all__ = ["ApiError", "Scope", "answer", "fingerprint", "replica_resource"]
@@ -43,6 +44,7 @@ class Scope:
     inference_id: str
     started: float = field(default_factory=time.perf_counter)
     target: Version | None = None
+    priority: Priority | None = None  # once known (admission)
     finished: bool = False
 
     @property

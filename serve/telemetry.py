@@ -29,6 +29,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from aiops.semconv import PRIORITY_ATTR
+
 __all__ = ["Telemetry", "TelemetryConfig", "attrs", "extract_context", "inject_context"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -58,6 +60,7 @@ class attrs:  # noqa: N801 - a namespace of constants
     SERVE_APP = "ray.serve.app"
     SERVE_DEPLOYMENT = "ray.serve.deployment"
     SERVE_REPLICA = "ray.serve.replica"
+    PRIORITY = PRIORITY_ATTR
 
 
 @dataclass(frozen=True)

@@ -357,11 +357,42 @@ class IncidentTracker:
     def _subject(self, f: Finding, firing: set[str]) -> str:
         """One incident per fault, not per symptom: with a service map, a caller's findings
         join the incident of a firing service it calls (the deepest, then by name)."""
+        return self._owner(f.subject, firing)
+
+    def _owner(self, service: str, firing: set[str]) -> str:
         if self._calls is None:
-            return f.subject
-        reached = self._calls.callees(f.subject) & firing
+            return service
+        reached = self._calls.callees(service) & firing
         deepest = sorted(s for s in reached if not self._calls.callees(s) & firing)
-        return deepest[0] if deepest else f.subject
+        return deepest[0] if deepest else service
+
+    def _join_callers(self, firing: set[str], now_ns: int, changed: dict[str, Incident]
+                      ) -> None:
+        """A caller's open incident (its users saw the fault first: a symptom) becomes the
+        incident of the callee that now fires too, keeping its id (an action may name it);
+        where the callee has one already, the older of the two takes the other's findings
+        and the younger resolves."""
+        for service in sorted(self._open):
+            inc = self._open.get(service)
+            owner = self._owner(service, firing)
+            if inc is None or owner == service:
+                continue
+            del self._open[service]
+            other = self._open.get(owner)
+            keep, gone = (inc, other) if other is None or inc.opened_ns <= other.opened_ns \
+                else (other, inc)
+            if gone is not None:
+                keep.findings.update({k: f for k, f in gone.findings.items()
+                                      if k not in keep.findings})
+                gone.updated_ns = self._stamp(gone, now_ns)
+                gone.status, gone.closed_ns = Status.RESOLVED, now_ns
+                changed[gone.incident_id] = gone
+            keep.service = owner
+            self._open[owner] = keep
+            found = list(keep.findings.values())
+            keep.causes = rank_causes(found, self._calls, symptom_of(found))
+            keep.updated_ns = self._stamp(keep, now_ns)
+            changed[keep.incident_id] = keep
 
     def update(self, findings: list[Finding], now_ns: int,
                context: ContextSource | None = None) -> list[Incident]:
@@ -393,6 +424,7 @@ class IncidentTracker:
         changed: dict[str, Incident] = {}
         by_service: dict[str, list[Finding]] = defaultdict(list)
         firing = {f.subject for f in findings} | set(self._open)
+        self._join_callers(firing, now_ns, changed)
         for f in findings:
             by_service[self._subject(f, firing)].append(f)
         for service, fs in by_service.items():

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,8 @@ from aiops.config import Settings, load_settings
 from aiops.stack import settings_env
 from aiops.tls import client_verify
 
-__all__ = ["free_port", "peak_rss_mib", "percentile", "running_server"]
+__all__ = ["ServeBench", "free_port", "peak_rss_mib", "percentile", "running_server",
+           "serve_bench"]
 
 
 def free_port() -> int:
@@ -79,3 +83,38 @@ def running_server(workdir: Path, cpu: int | None = None,
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@dataclass(frozen=True)
+class ServeBench:
+    """What ``serve_bench`` started: the aiops server's settings, Serve's HTTP URL and
+    ``deploy`` (a Serve config, as ``serve.app.deploy_config`` writes it, deployed and
+    waited for)."""
+
+    settings: Settings
+    url: str
+    deploy: Callable[[dict[str, Any]], None]
+
+
+@contextmanager
+def serve_bench() -> Iterator[ServeBench]:
+    """A real aiops server (its DuckDB in a temporary directory) and a local Ray with Serve's
+    proxy on a free loopback port, both 2 CPUs, for benchmarks that deploy apps on it;
+    everything stops at the end."""
+    import ray
+    from ray import serve
+    from ray.serve._private.api import serve_start
+
+    from serve.runner import ray_deployer
+
+    with tempfile.TemporaryDirectory(prefix="aiops-bench-") as tmp, \
+            running_server(Path(tmp)) as (settings, _):
+        port = free_port()
+        ray.init(address="local", num_cpus=2, include_dashboard=False,
+                 logging_level=logging.WARNING, log_to_driver=False)
+        try:
+            client = serve_start(http_options={"host": "127.0.0.1", "port": port})
+            yield ServeBench(settings, f"http://127.0.0.1:{port}", ray_deployer(client, 300))
+            serve.shutdown()  # type: ignore[no-untyped-call]
+        finally:
+            ray.shutdown()

@@ -22,23 +22,24 @@ configuration; batch throughput >= 0.9x the FIFO's at the same level.
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import random
-import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from aiops.bench.common import free_port, percentile, running_server
+from aiops.bench.common import percentile, serve_bench
+from aiops.client import ServerClient
+from aiops.errors import AIOpsError
+from aiops.semconv import PRIORITY_ATTR
 from serve.ingress import PRIORITY_HEADER
 from serve.specs import DEFAULT_SPECS_FILE, ModelSpec, load_specs
 
-__all__ = ["AIOPS", "AIOPS_OFF", "CONFIGS", "FIFO", "ClassStats", "QosReport", "QosRow",
-           "Sample", "render", "run_qos", "schedule", "summarize"]
+__all__ = ["AIOPS", "AIOPS_OFF", "CONFIGS", "FIFO", "Breakdown", "ClassStats", "QosReport",
+           "QosRow", "Sample", "render", "run_qos", "schedule", "summarize"]
 
 AIOPS = "aiops"
 AIOPS_OFF = "aiops, priority off"
@@ -78,6 +79,20 @@ class ClassStats:
 
 
 @dataclass(frozen=True)
+class Breakdown:
+    """Where realtime requests spent their time on aiops' path, from the spans the stack
+    exported to the aiops server: the ingress's SERVER span (admission wait included) and
+    the model replica's span under it (p50 / p99, ms); the rest of what the client measured
+    is Serve's HTTP proxy, the network and the client itself."""
+
+    spans: int
+    ingress_p50_ms: float
+    ingress_p99_ms: float
+    model_p50_ms: float
+    model_p99_ms: float
+
+
+@dataclass(frozen=True)
 class QosRow:
     config: str
     level: float  # batch arrivals as a multiple of capacity
@@ -85,6 +100,7 @@ class QosRow:
     realtime: ClassStats
     batch: ClassStats
     drain_s: float = 0.0  # after the row, until one request answered in < 100 ms again
+    breakdown: Breakdown | None = None  # aiops' path with priority on only
 
 
 @dataclass(frozen=True)
@@ -229,6 +245,34 @@ async def _settle(url: str, config: str, model: str, under_ms: float, limit_s: f
         return loop.time() - started
 
 
+_BREAKDOWN_SQL = f"""
+SELECT count(*) AS n,
+       quantile_cont(i.duration_ns, 0.5) / 1e6, quantile_cont(i.duration_ns, 0.99) / 1e6,
+       quantile_cont(m.duration_ns, 0.5) / 1e6, quantile_cont(m.duration_ns, 0.99) / 1e6
+FROM spans i JOIN spans m ON m.trace_id = i.trace_id AND m.service_name = ?
+WHERE i.service_name = 'ingress' AND i.kind = 'server'
+  AND (i.attributes->>'{PRIORITY_ATTR}') = 'realtime'
+  AND i.start_time >= make_timestamp_ns(?) AND i.start_time < make_timestamp_ns(?)"""
+
+
+def _breakdown(client: ServerClient, model: str, start_ns: int, end_ns: int, expected: int,
+               wait_s: float = 15.0) -> Breakdown | None:
+    """The realtime requests' spans of one row, once (nearly) all of them were exported."""
+    deadline = time.monotonic() + wait_s
+    row: list[Any] = []
+    while True:
+        try:
+            row = client.sql(_BREAKDOWN_SQL, [model, start_ns, end_ns])["rows"][0]
+        except AIOpsError:
+            row = []
+        if (row and row[0] >= 0.95 * expected) or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    if not row or not row[0]:
+        return None
+    return Breakdown(int(row[0]), *(float(v) for v in row[1:]))
+
+
 def _spec(max_ongoing_requests: int | None = None,
           batch_max_in_flight: int | None = None) -> ModelSpec:
     """The shipped embedding spec, one replica (``max_replicas`` 1: the ingress's capacity is
@@ -252,54 +296,45 @@ def run_qos(levels: Sequence[float] = (0.0, 0.5, 1.0, 2.0), duration_s: float = 
     """The whole benchmark (Ray and Serve started once); ``seed`` makes the arrivals Poisson
     (evenly spaced without it); ``max_ongoing_requests`` overrides the spec's on both paths
     (a diagnostic: how many batch requests a realtime one can find ahead of it)."""
-    import ray
-    from ray import serve
-    from ray.serve._private.api import serve_start
-
     from serve.app import deploy_config
-    from serve.runner import ray_deployer
     from serve.telemetry import TelemetryConfig
 
     spec = _spec(max_ongoing_requests, batch_max_in_flight)
-    with tempfile.TemporaryDirectory(prefix="aiops-bench-") as tmp, \
-            running_server(Path(tmp)) as (settings, _):
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        ray.init(address="local", num_cpus=2, include_dashboard=False,
-                 logging_level=logging.WARNING, log_to_driver=False)
-        try:
-            client = serve_start(http_options={"host": "127.0.0.1", "port": port})
-            config = deploy_config([spec], TelemetryConfig(settings.server_url, 1.0), {})
-            config["applications"].append({
-                "name": "fifo", "route_prefix": "/fifo",
-                "import_path": "aiops.bench.peers:fifo_embedding_app",
-                "args": {"spec": spec.model_dump(mode="json")}})
-            ray_deployer(client, 300)(config)
+    with serve_bench() as bench:
+        url = bench.url
+        config = deploy_config([spec], TelemetryConfig(bench.settings.server_url, 1.0), {})
+        config["applications"].append({
+            "name": "fifo", "route_prefix": "/fifo",
+            "import_path": "aiops.bench.peers:fifo_embedding_app",
+            "args": {"spec": spec.model_dump(mode="json")}})
+        bench.deploy(config)
 
-            paths = {c: (FIFO if c == FIFO else AIOPS) for c in configs}
-            capacity: dict[str, float] = {}
-            for path in dict.fromkeys(paths.values()):
-                asyncio.run(_closed_loop(url, path, spec.name, 4, 2.0))  # warm-up
-                capacity[path] = asyncio.run(_closed_loop(
-                    url, path, spec.name, 2 * spec.max_ongoing_requests, capacity_s))
-            reference = max(capacity.values())
+        telemetry = ServerClient.of(bench.settings)
+        paths = {c: (FIFO if c == FIFO else AIOPS) for c in configs}
+        capacity: dict[str, float] = {}
+        for path in dict.fromkeys(paths.values()):
+            asyncio.run(_closed_loop(url, path, spec.name, 4, 2.0))  # warm-up
+            capacity[path] = asyncio.run(_closed_loop(
+                url, path, spec.name, 2 * spec.max_ongoing_requests, capacity_s))
+        reference = max(capacity.values())
 
-            rows: list[QosRow] = []
-            for level in levels:
-                batch_rps = level * reference
-                rt = schedule(realtime_rps, duration_s, 0.5 / realtime_rps, seed)
-                bt = schedule(batch_rps, duration_s, 0.0, None if seed is None else seed + 1)
-                for config_name in configs:
-                    samples = asyncio.run(_open_loop(url, config_name, spec.name, rt, bt,
-                                                     timeout_s))
-                    drain = asyncio.run(_settle(url, config_name, spec.name, 100.0,
-                                                3 * timeout_s))
-                    rows.append(QosRow(config_name, level, batch_rps,
-                                       summarize(samples, REALTIME, duration_s),
-                                       summarize(samples, BATCH, duration_s), drain))
-            serve.shutdown()  # type: ignore[no-untyped-call]
-        finally:
-            ray.shutdown()
+        rows: list[QosRow] = []
+        for level in levels:
+            batch_rps = level * reference
+            rt = schedule(realtime_rps, duration_s, 0.5 / realtime_rps, seed)
+            bt = schedule(batch_rps, duration_s, 0.0, None if seed is None else seed + 1)
+            for config_name in configs:
+                started_ns = time.time_ns()
+                samples = asyncio.run(_open_loop(url, config_name, spec.name, rt, bt,
+                                                 timeout_s))
+                ended_ns = time.time_ns()
+                drain = asyncio.run(_settle(url, config_name, spec.name, 100.0,
+                                            3 * timeout_s))
+                realtime = summarize(samples, REALTIME, duration_s)
+                spans = _breakdown(telemetry, spec.name, started_ns, ended_ns, realtime.ok) \
+                    if config_name == AIOPS else None
+                rows.append(QosRow(config_name, level, batch_rps, realtime,
+                                   summarize(samples, BATCH, duration_s), drain, spans))
     return QosReport(model=spec.name, max_ongoing_requests=spec.max_ongoing_requests,
                      replicas=spec.autoscaling.max_replicas, max_queue=spec.qos.max_queue,
                      duration_s=duration_s, realtime_rps=realtime_rps,
@@ -354,4 +389,20 @@ def render(report: QosReport) -> str:
             f"{b.shed} / {b.errors} of {b.sent} | {_verdict(report, r)} | "
             f"{_ms(max(rt.send_lag_p99_ms, b.send_lag_p99_ms if b.sent else 0.0))} | "
             f"{r.drain_s:,.0f} |")
+    split = [r for r in report.rows if r.breakdown is not None]
+    if split:
+        lines += [
+            "", f"Where realtime requests spent their time ({AIOPS}, from the exported spans; "
+            "p50 / p99 ms; outside = client minus ingress, p50: Serve's proxy, the network "
+            "and the client):", "",
+            "| level | realtime spans | client | ingress span | model span | outside (p50) |",
+            "|---|---|---|---|---|---|"]
+        for r in split:
+            s = r.breakdown
+            assert s is not None
+            lines.append(
+                f"| {r.level:g}x | {s.spans} | {_ms(r.realtime.p50_ms)} / "
+                f"{_ms(r.realtime.p99_ms)} | {_ms(s.ingress_p50_ms)} / {_ms(s.ingress_p99_ms)} "
+                f"| {_ms(s.model_p50_ms)} / {_ms(s.model_p99_ms)} | "
+                f"{_ms(r.realtime.p50_ms - s.ingress_p50_ms)} |")
     return "\n".join(lines)

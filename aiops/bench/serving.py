@@ -12,16 +12,13 @@
 
 from __future__ import annotations
 
-import logging
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from aiops.bench.common import free_port, percentile, running_server
+from aiops.bench.common import percentile, serve_bench
 from serve.specs import DEFAULT_SPECS_FILE, ModelSpec, load_specs
 
 __all__ = ["ServingResult", "run_serving"]
@@ -116,62 +113,48 @@ def _inprocess_tokens_per_s(spec: ModelSpec, n: int, max_tokens: int) -> float:
 
 def run_serving(latency_samples: int = 400, chat_requests: int = 8,
                 max_tokens: int = 96) -> ServingResult:
-    import ray
-    from ray import serve
-    from ray.serve._private.api import serve_start
-
     from serve.app import deploy_config
-    from serve.runner import ray_deployer
     from serve.telemetry import TelemetryConfig
 
     chat = _chat_spec()
-    with tempfile.TemporaryDirectory(prefix="aiops-bench-") as tmp, \
-            running_server(Path(tmp)) as (settings, _):
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        ray.init(address="local", num_cpus=2, include_dashboard=False,
-                 logging_level=logging.WARNING, log_to_driver=False)
-        try:
-            client = serve_start(http_options={"host": "127.0.0.1", "port": port})
-            config = deploy_config([_echo_spec(), chat],
-                                   TelemetryConfig(settings.server_url, 1.0), {})
-            peers = [
-                {"name": "bare", "route_prefix": "/bare",
-                 "import_path": "aiops.bench.peers:bare_app"},
-                {"name": "bare-fastapi", "route_prefix": "/fastapi",
-                 "import_path": "aiops.bench.peers:bare_fastapi_app"}]
+    with serve_bench() as bench:
+        url, settings = bench.url, bench.settings
+        config = deploy_config([_echo_spec(), chat],
+                               TelemetryConfig(settings.server_url, 1.0), {})
+        peers = [
+            {"name": "bare", "route_prefix": "/bare",
+             "import_path": "aiops.bench.peers:bare_app"},
+            {"name": "bare-fastapi", "route_prefix": "/fastapi",
+             "import_path": "aiops.bench.peers:bare_fastapi_app"}]
+        config["applications"] += peers
+        bench.deploy(config)
+
+        bare: list[float] = []
+        fastapi: list[float] = []
+        instrumented: list[float] = []
+        body = _chat_body("echo", "the quick brown fox jumps over the lazy dog", 16)
+        with httpx.Client(timeout=30) as c:
+            for i in range(latency_samples + 50):
+                for path, sink in (("/bare", bare),
+                                   ("/fastapi/v1/chat/completions", fastapi),
+                                   ("/v1/chat/completions", instrumented)):
+                    started = time.perf_counter()
+                    c.post(f"{url}{path}", json=body).raise_for_status()
+                    if i >= 50:  # the first 50 rounds warm both paths up
+                        sink.append((time.perf_counter() - started) * 1000)
+
+        _tokens_per_s(url, chat, 1, 4)  # warm-up
+        stack_rate = _tokens_per_s(url, chat, chat_requests, max_tokens)
+
+        # Provenance ledger cost: echo throughput with it on, off, and on again (drift).
+        rates: dict[bool, list[float]] = {True: [], False: []}
+        for provenance in (True, False, True, False):
+            tele = TelemetryConfig(settings.server_url, 1.0, provenance=provenance)
+            config = deploy_config([_echo_spec(), chat], tele, {})
             config["applications"] += peers
-            ray_deployer(client, 300)(config)
-
-            bare: list[float] = []
-            fastapi: list[float] = []
-            instrumented: list[float] = []
-            body = _chat_body("echo", "the quick brown fox jumps over the lazy dog", 16)
-            with httpx.Client(timeout=30) as c:
-                for i in range(latency_samples + 50):
-                    for path, sink in (("/bare", bare),
-                                       ("/fastapi/v1/chat/completions", fastapi),
-                                       ("/v1/chat/completions", instrumented)):
-                        started = time.perf_counter()
-                        c.post(f"{url}{path}", json=body).raise_for_status()
-                        if i >= 50:  # the first 50 rounds warm both paths up
-                            sink.append((time.perf_counter() - started) * 1000)
-
-            _tokens_per_s(url, chat, 1, 4)  # warm-up
-            stack_rate = _tokens_per_s(url, chat, chat_requests, max_tokens)
-
-            # Provenance ledger cost: echo throughput with it on, off, and on again (drift).
-            rates: dict[bool, list[float]] = {True: [], False: []}
-            for provenance in (True, False, True, False):
-                tele = TelemetryConfig(settings.server_url, 1.0, provenance=provenance)
-                config = deploy_config([_echo_spec(), chat], tele, {})
-                config["applications"] += peers
-                ray_deployer(client, 300)(config)
-                _requests_per_s(url, 100, 4)  # warm-up after the redeploy
-                rates[provenance].append(_requests_per_s(url, 1200, 4))
-            serve.shutdown()  # type: ignore[no-untyped-call]
-        finally:
-            ray.shutdown()
+            bench.deploy(config)
+            _requests_per_s(url, 100, 4)  # warm-up after the redeploy
+            rates[provenance].append(_requests_per_s(url, 1200, 4))
     inprocess_rate = _inprocess_tokens_per_s(chat, chat_requests, max_tokens)
     return ServingResult(
         stack_tokens_per_s=stack_rate, inprocess_tokens_per_s=inprocess_rate,

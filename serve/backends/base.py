@@ -50,6 +50,9 @@ class GenerationRequest:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     json_schema: str | None = None  # output must be JSON matching it ("{}": any JSON object)
+    # The request's class at the ingress: an engine that schedules by priority (vLLM) puts
+    # realtime requests first; the others ignore it.
+    realtime: bool = True
 
 
 @dataclass(frozen=True)

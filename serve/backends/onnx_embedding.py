@@ -11,7 +11,6 @@ Options: ``tokenizer`` (path of a tokenizer.json; default: the one shipped by tr
 from __future__ import annotations
 
 import importlib.util
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +37,10 @@ def shipped_tokenizer() -> Path:
 
 @register("onnx_embedding")
 class OnnxEmbeddingBackend:
+    # ONNX Runtime's InferenceSession.run is safe from several threads at once, so a
+    # realtime request runs beside a batch one, not after it (serve.lanes).
+    concurrent_calls = True
+
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
         opts = spec.options
@@ -47,7 +50,6 @@ class OnnxEmbeddingBackend:
         self._session: Any = None
         self._tokenizer: Any = None
         self._inputs: set[str] = set()
-        self._lock = threading.Lock()
 
     def start(self) -> None:
         try:
@@ -80,8 +82,7 @@ class OnnxEmbeddingBackend:
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        with self._lock:
-            hidden = self._session.run(None, feeds)[0]
+        hidden = self._session.run(None, feeds)[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)

@@ -7,6 +7,10 @@ vllm-env`` builds ``.venv-vllm``). vLLM reads Hugging Face model directories; a 
 a cache directory. The engine's own Prometheus metrics (KV-cache usage, prefix-cache queries and
 hits, preemptions, running/waiting requests) are exposed through ``engine_metrics``.
 
+Every request of the replica is in the one engine at once (``serve.backends.vllm_loop``:
+continuous batching), and the engine schedules by priority: a realtime request is taken before
+waiting batch ones and may preempt running batch ones when the KV cache is short.
+
 Options: ``max_model_len`` (2048), ``kv_cache_mb`` (512), ``dtype`` (bfloat16),
 ``cache_dir`` (where converted models go; default ``$XDG_CACHE_HOME/aiops/hf``).
 """
@@ -18,7 +22,6 @@ import json
 import logging
 import os
 import shutil
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiops.errors import ModelError
 from serve.backends.base import Delta, Generation, GenerationRequest, register
+from serve.backends.vllm_loop import BATCH_PRIORITY, REALTIME_PRIORITY, EngineLoop
 
 if TYPE_CHECKING:
     from serve.specs import ModelSpec
@@ -101,8 +105,8 @@ class VllmBackend:
         self.dtype = str(opts.get("dtype", "bfloat16"))
         self.cache_dir = Path(opts["cache_dir"]) if "cache_dir" in opts else _default_cache()
         self._engine: Any = None
+        self._loop: EngineLoop | None = None
         self._tokenizer: Any = None
-        self._lock = threading.Lock()
 
     def start(self) -> None:
         # One engine per replica, in this process: the replica is already its own process.
@@ -116,12 +120,13 @@ class VllmBackend:
         args = EngineArgs(model=str(model_dir), served_model_name=[self.spec.name],
                           dtype=self.dtype, max_model_len=self.max_model_len,
                           enforce_eager=True, kv_cache_memory_bytes=self.kv_cache_bytes,
-                          disable_log_stats=False)
+                          disable_log_stats=False, scheduling_policy="priority")
         try:
             self._engine = LLMEngine.from_engine_args(args)
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"vLLM could not start {self.spec.name}: {exc}") from exc
         self._tokenizer = self._engine.get_tokenizer()
+        self._loop = EngineLoop(self._engine, self.spec.name)
 
     def _prompt(self, request: GenerationRequest) -> str:
         if request.prompt is not None:
@@ -135,7 +140,7 @@ class VllmBackend:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        if self._engine is None:
+        if self._loop is None:
             raise ModelError(f"backend for {self.spec.name} is not started")
         extra: dict[str, Any] = {}
         if request.json_schema is not None:
@@ -148,29 +153,19 @@ class VllmBackend:
         params = SamplingParams(max_tokens=request.max_tokens, temperature=request.temperature,
                                 seed=request.seed, stop=list(request.stop) or None,
                                 output_kind=RequestOutputKind.DELTA, **extra)
-        request_id = uuid.uuid4().hex
-        with self._lock:
-            try:
-                self._engine.add_request(request_id, self._prompt(request), params)
-                generated, finished = 0, False
-                while not finished and self._engine.has_unfinished_requests():
-                    for out in self._engine.step():
-                        if out.request_id != request_id:
-                            continue
-                        piece = out.outputs[0]
-                        generated += len(piece.token_ids)
-                        if piece.text:
-                            yield Delta(piece.text)
-                        if out.finished:
-                            finished = True
-                            yield Delta("", finish_reason=piece.finish_reason or "stop",
-                                        prompt_tokens=len(out.prompt_token_ids or ()),
-                                        completion_tokens=generated)
-            except (ValueError, RuntimeError) as exc:
-                raise ModelError(f"vLLM failed to answer: {exc}") from exc
-            finally:
-                if not finished:  # the caller stopped early: free the sequence's KV blocks
-                    self._engine.abort_request([request_id])
+        priority = REALTIME_PRIORITY if request.realtime else BATCH_PRIORITY
+        generated = 0
+        # Closing this generator early aborts the request (its KV blocks go back).
+        for out in self._loop.outputs(uuid.uuid4().hex, self._prompt(request), params,
+                                      priority):
+            piece = out.outputs[0]
+            generated += len(piece.token_ids)
+            if piece.text:
+                yield Delta(piece.text)
+            if out.finished:
+                yield Delta("", finish_reason=piece.finish_reason or "stop",
+                            prompt_tokens=len(out.prompt_token_ids or ()),
+                            completion_tokens=generated)
 
     def generate(self, request: GenerationRequest) -> Generation:
         text, last = [], Delta("")
@@ -196,5 +191,7 @@ class VllmBackend:
         return next((v for n, v in self.engine_metrics() if n == "vllm.kv_cache.usage"), 0.0)
 
     def shutdown(self) -> None:
-        with self._lock:
-            self._engine = None
+        if self._loop is not None:
+            self._loop.close()
+        self._loop = None
+        self._engine = None

@@ -96,6 +96,31 @@ def test_embeddings_in_both_encodings(client: openai.OpenAI, stack: Settings) ->
     assert np.allclose(raw["data"][0]["embedding"], a, atol=1e-6)
 
 
+def test_each_class_is_served_and_named_on_the_ingress_span(stack: Settings) -> None:
+    # Realtime runs on the replica's default threads, batch on its low-priority lane
+    # (serve.lanes): both answer the same, and the span says which class each was.
+    ids = {}
+    vectors = {}
+    for cls in ("realtime", "batch"):
+        r = httpx.post(f"{stack.serve_url}/v1/embeddings", headers={"x-aiops-priority": cls},
+                       json={"model": EMBED, "input": "the GPU ran out of memory"})
+        assert r.status_code == 200, r.text
+        ids[cls] = r.headers["x-inference-id"]
+        vectors[cls] = np.array(r.json()["data"][0]["embedding"])
+    assert np.allclose(vectors["realtime"], vectors["batch"], atol=1e-6)
+    with ServerClient(stack.server_url) as db:
+        deadline = time.monotonic() + 30
+        seen: dict[str, str] = {}
+        while len(seen) < 2 and time.monotonic() < deadline:
+            seen = {r["id"]: r["priority"] for r in db.rows(
+                "SELECT (attributes->>'inference_id') AS id, "
+                "(attributes->>'aiops.priority') AS priority FROM spans "
+                "WHERE (attributes->>'inference_id') IN (?, ?) AND parent_span_id IS NULL",
+                [ids["realtime"], ids["batch"]])}
+            time.sleep(0.5)
+    assert seen == {ids["realtime"]: "realtime", ids["batch"]: "batch"}
+
+
 def image_data_url(text: str) -> str:
     img = Image.new("RGB", (520, 120), "white")
     ImageDraw.Draw(img).text((20, 30), text, fill="black", font=ImageFont.load_default(size=40))

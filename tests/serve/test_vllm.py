@@ -7,11 +7,15 @@ with the engine's KV-cache metric landing in DuckDB.
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -68,3 +72,48 @@ def test_the_engines_kv_cache_metric_lands_in_duckdb(vllm_stack: Settings) -> No
         spans = db.rows("SELECT (attributes->>'gen_ai.system') AS system FROM spans "
                         "WHERE service_name = ? LIMIT 1", [MODEL])
         assert spans and spans[0]["system"] == "vllm"
+
+
+COUNT = "Count from 1 to 500, separated by commas."
+
+
+def _stream(url: str, cls: str, max_tokens: int, started: threading.Event | None = None
+            ) -> tuple[float, float, str | None]:
+    """(seconds to the first token, seconds to the end, finish reason) of one streamed chat."""
+    t0 = time.monotonic()
+    first, reason = None, None
+    with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=300,
+                      headers={"x-aiops-priority": cls},
+                      json={"model": MODEL, "stream": True, "max_tokens": max_tokens,
+                            "temperature": 0, "messages": [{"role": "user", "content": COUNT}]}
+                      ) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            choice = json.loads(line[6:])["choices"][0]
+            if first is None and choice["delta"].get("content"):
+                first = time.monotonic() - t0
+                if started is not None:
+                    started.set()
+            reason = choice.get("finish_reason") or reason
+    assert first is not None
+    return first, time.monotonic() - t0, reason
+
+
+def test_a_realtime_request_joins_batch_generations_already_running(vllm_stack: Settings
+                                                                    ) -> None:
+    # One engine steps every request at once (continuous batching) and schedules realtime
+    # first: a realtime chat is answered while three long batch ones are still generating,
+    # not after them; and they all finish.
+    url = vllm_stack.serve_url
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        began = [threading.Event() for _ in range(3)]
+        t0 = time.monotonic()
+        batch = [pool.submit(_stream, url, "batch", 160, e) for e in began]
+        assert all(e.wait(120) for e in began)
+        realtime = _stream(url, "realtime", 8)
+        realtime_done = time.monotonic() - t0
+        done = [f.result() for f in batch]
+    assert realtime[2] == "length" and all(reason in ("length", "stop") for _, _, reason in done)
+    assert realtime_done < min(end for _, end, _ in done), (realtime, done)

@@ -84,6 +84,40 @@ def test_the_summary_quotes_the_top_causes_own_finding() -> None:
     assert inc.row()["service"] == "shop.Scorer"
 
 
+SHOP = ServiceMap(frozenset({("shop", "shop.Scorer")}))
+
+
+def test_a_callers_incident_opened_first_becomes_its_callees_once_that_fires() -> None:
+    # The ingress's users see the failures first; an action may already name its incident.
+    tracker = IncidentTracker(calls=SHOP)
+    shop = finding("trace_errors", Entity("shop", "2"), FaultClass.ERRORS, 3.0)
+    (first,) = tracker.update([shop], NS)
+    assert first.service == "shop"
+    tracker.mark_mitigating(first.incident_id, NS + 1)
+    scorer = finding("trace_errors", Entity("shop.Scorer", "2"), FaultClass.ERRORS, 2.0)
+    (later,) = tracker.update([shop, scorer], 2 * NS)
+    assert later.incident_id == first.incident_id and later.status is Status.MITIGATING
+    assert later.row()["service"] == "shop.Scorer"
+    assert str(later.causes[0].entity) == "shop.Scorer@2"
+    assert list(tracker.open) == ["shop.Scorer"]
+
+
+def test_two_open_incidents_of_a_caller_and_its_callee_become_the_older_one() -> None:
+    tracker = IncidentTracker()  # no service map yet: one incident each
+    (caller,) = tracker.update([finding("trace_errors", Entity("shop", "2"),
+                                        FaultClass.ERRORS)], NS)
+    (callee,) = tracker.update([finding("trace_errors", Entity("shop.Scorer", "2"),
+                                        FaultClass.ERRORS)], 2 * NS)
+    tracker.calls = SHOP  # the map, learnt from traces
+    changed = {i.incident_id: i for i in tracker.update([], 3 * NS)}
+    assert changed[callee.incident_id].status is Status.RESOLVED
+    kept = changed[caller.incident_id]
+    assert kept.status is Status.OPEN and kept.service == "shop.Scorer"
+    assert {str(c.entity) for c in kept.causes} == {"shop@2", "shop.Scorer@2"}
+    assert str(kept.causes[0].entity) == "shop.Scorer@2"
+    assert list(tracker.open) == ["shop.Scorer"]
+
+
 def test_along_a_chain_of_calls_the_deepest_firing_service_ranks_first() -> None:
     chain = ServiceMap(frozenset({("a", "b"), ("b", "c")}))
     causes = rank_causes([finding("trace_latency", Entity("a", "1"), FaultClass.LATENCY, 10.0),

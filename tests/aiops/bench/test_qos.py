@@ -14,6 +14,7 @@ from aiops.bench.qos import (
     CONFIGS,
     FIFO,
     REALTIME,
+    Breakdown,
     ClassStats,
     QosReport,
     QosRow,
@@ -84,6 +85,19 @@ def test_the_table_has_a_row_per_level_and_config_with_the_goal_checks() -> None
     assert "| - / - |" in fifo_0x and fifo_0x.endswith("| p99 ok | 0 | 0 |")
 
 
+
+def test_the_realtime_breakdown_follows_the_table_for_aiops_rows_only() -> None:
+    spans = Breakdown(spans=99, ingress_p50_ms=30.0, ingress_p99_ms=90.0, model_p50_ms=12.0,
+                      model_p99_ms=40.0)
+    rows = [QosRow(AIOPS, 1.0, 50.0, _stats(100.0), _stats(200.0, 45.0), breakdown=spans),
+            QosRow(FIFO, 1.0, 50.0, _stats(100.0), _stats(200.0, 50.0))]
+    lines = render(QosReport("minilm-l6-v2", 8, 1, 64, 20.0, 5.0, {AIOPS: 50.0}, rows)
+                   ).splitlines()
+    split = [line for line in lines if line.startswith("| 1x | 99 |")]
+    # client p50 50 ms, of it 30 in the ingress's span: 20 outside it.
+    assert split == ["| 1x | 99 | 50 / 100 | 30 / 90 | 12 / 40 | 20 |"]
+
+
 @pytest.mark.stack
 def test_a_tiny_run_reports_every_level_and_config() -> None:
     report = run_qos(levels=(0.0, 1.0), duration_s=2.0, capacity_s=2.0, timeout_s=30.0)
@@ -94,5 +108,8 @@ def test_a_tiny_run_reports_every_level_and_config() -> None:
     for r in report.rows:
         assert r.realtime.sent == 10 and r.realtime.ok > 0
         assert (r.batch.sent == 0) == (r.level == 0)
+        # aiops' path names each request's class on its span: where the time went.
+        assert (r.breakdown is not None and r.breakdown.spans > 0) == (r.config == AIOPS)
     rendered = render(report).splitlines()
-    assert sum(1 for line in rendered if line.startswith(("| 0x", "| 1x"))) == 6
+    table = [line for line in rendered if any(f"| {c} |" in line for c in CONFIGS)]
+    assert sum(1 for line in table if line.startswith(("| 0x", "| 1x"))) == 6
