@@ -40,6 +40,12 @@ log = logging.getLogger(__name__)
 SCALABLE = ("latency", "cpu")
 RESTARTABLE = ("memory",)
 SCALE_CEILING = 4  # replicas the planner scales to before it sheds batch load instead
+# An incident whose top cause is a service that calls others (the service map says so) is a
+# symptom until shown otherwise: its users see a callee's fault first, and the callee's own
+# findings follow a round or two later (its spans arrive later). Its plan waits this long
+# after the incident opened for a callee to fire (the incident then names it); if none does,
+# the caller itself is acted on.
+CALLER_SETTLE_S = 10.0
 
 
 def plan(incident: Incident, status: ControlStatus, now_ns: int) -> Action | None:
@@ -128,6 +134,9 @@ class Remediator:
         # window, the latency while Serve moves its replicas can be a round's only cause, and
         # is still the node's consequence (nothing to scale or roll back for).
         self._node_lost: set[str] = set()
+        # Incidents whose plan waits for their callees (CALLER_SETTLE_S), re-read each round.
+        self._settling: set[str] = set()
+        self.caller_settle_ns = int(CALLER_SETTLE_S * 1e9)
         self._lock = threading.Lock()
         # The incidents' owner, once attached: without one, actions mark nothing mitigating.
         self.incidents: IncidentTracker | None = None
@@ -178,17 +187,36 @@ class Remediator:
         """After an analytics round (the tracker's listener): plan for new incidents, verify
         and expire the rest."""
         with self._lock:
-            for inc in changed:
+            for inc in self._with_settling(changed):
                 if any(c.fault_class is FaultClass.NODE for c in inc.causes) and \
                         inc.incident_id not in self._node_lost:
                     self._node_lost.add(inc.incident_id)
                     self._withdraw(inc.incident_id, now_ns)
+                self._settling.discard(inc.incident_id)
                 if inc.status is Status.OPEN and inc.causes and \
                         inc.incident_id not in self._node_lost and \
                         _verdict(inc) not in self._planned:
-                    self._handle(inc, now_ns)
+                    if self._callees_may_fire(inc, now_ns):
+                        self._settling.add(inc.incident_id)
+                    else:
+                        self._handle(inc, now_ns)
             self._verify(now_ns)
             self._expire(now_ns)
+
+    def _with_settling(self, changed: list[Incident]) -> list[Incident]:
+        """This round's changed incidents, and those still waiting for their callees."""
+        if not self._settling or self.incidents is None:
+            return changed
+        seen = {i.incident_id for i in changed}
+        still = [i for i in self.incidents.open.values()
+                 if i.incident_id in self._settling and i.incident_id not in seen]
+        self._settling &= seen | {i.incident_id for i in still}  # resolved ones are gone
+        return [*changed, *still]
+
+    def _callees_may_fire(self, inc: Incident, now_ns: int) -> bool:
+        calls = self.incidents.calls if self.incidents is not None else None
+        return calls is not None and bool(calls.callees(inc.causes[0].entity.service)) \
+            and now_ns - inc.opened_ns < self.caller_settle_ns
 
     def _handle(self, inc: Incident, now_ns: int) -> None:
         try:
