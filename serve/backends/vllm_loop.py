@@ -49,7 +49,12 @@ class EngineLoop:
         finished = False
         try:
             while not finished:
-                item = box.get()
+                try:
+                    item = box.get(timeout=1.0)
+                except queue.Empty:
+                    if not self._thread.is_alive():  # died of something it did not expect
+                        raise ModelError("the vLLM engine loop stopped") from None
+                    continue
                 if isinstance(item, BaseException):
                     raise ModelError(f"vLLM failed to answer: {item}") from item
                 finished = bool(item.finished)
