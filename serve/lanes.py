@@ -5,7 +5,8 @@ realtime request still shares the replica, and the cores, with the batch request
 before it. Measured on 2 cores (docs/benchmarks.md "Priority under load"): with the cores
 full, a realtime embedding waited behind batch inferences for the CPU, not for a slot.
 
-So a backend that runs calls concurrently (``concurrent = True``: ONNX Runtime sessions are
+So a backend that runs calls concurrently (``concurrent_calls = True``: ONNX Runtime sessions
+are
 safe to ``run`` from several threads) gets two lanes: realtime calls on the event loop's
 default threads, as before, and batch calls on threads of their own whose Linux nice value is
 raised (``BATCH_NICE``): the kernel gives them the cores' time that normal threads leave, so a
@@ -53,7 +54,6 @@ class Lanes:
     """``run(priority, fn, *args)``: ``fn(*args)`` on a thread of the priority's lane."""
 
     def __init__(self, concurrent: bool, batch_nice: int = BATCH_NICE) -> None:
-        self.separate = concurrent
         self._batch: ThreadPoolExecutor | None = None
         if concurrent:
             # As many threads as asyncio's default pool: the ingress's admission (the
