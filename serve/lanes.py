@@ -6,8 +6,7 @@ before it. Measured on 2 cores (docs/benchmarks.md "Priority under load"): with 
 full, a realtime embedding waited behind batch inferences for the CPU, not for a slot.
 
 So a backend that runs calls concurrently (``concurrent_calls = True``: ONNX Runtime sessions
-are
-safe to ``run`` from several threads) gets two lanes: realtime calls on the event loop's
+are safe to ``run`` from several threads) gets two lanes: realtime calls on the event loop's
 default threads, as before, and batch calls on threads of their own whose Linux nice value is
 raised (``BATCH_NICE``): the kernel gives them the cores' time that normal threads leave, so a
 realtime inference starts and runs at once however much batch work is in the replica. Batch
