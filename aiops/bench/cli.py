@@ -99,6 +99,9 @@ def bench_qos(
         help="Set the model's qos.batch_max_in_flight on aiops' path.")] = None,
     quick: Annotated[bool, typer.Option(
         help="A smoke run: levels 0 and 1, 3 s per row.")] = False,
+    high_throughput: Annotated[bool, typer.Option(
+        help="Both paths behind HAProxy with gRPC between replicas (Ray Serve's "
+             "high-throughput mode) instead of Serve's Python proxy.")] = False,
 ) -> None:
     """Realtime latency and batch throughput of the embedding model under a batch flood:
     aiops' priority classes vs the same with priority off vs a plain Serve FIFO deployment."""
@@ -113,7 +116,8 @@ def bench_qos(
         parsed, duration = [0.0, 1.0], 3.0
     typer.echo(render(run_qos(parsed, duration, realtime_rps, seed=seed,
                               max_ongoing_requests=max_ongoing,
-                              batch_max_in_flight=batch_max_in_flight)))
+                              batch_max_in_flight=batch_max_in_flight,
+                              high_throughput=high_throughput)))
 
 
 @bench_app.command("ebpf")

@@ -97,18 +97,22 @@ class ServeBench:
 
 
 @contextmanager
-def serve_bench() -> Iterator[ServeBench]:
+def serve_bench(high_throughput: bool = False) -> Iterator[ServeBench]:
     """A real aiops server (its DuckDB in a temporary directory) and a local Ray with Serve's
     proxy on a free loopback port, both 2 CPUs, for benchmarks that deploy apps on it;
-    everything stops at the end."""
+    everything stops at the end. ``high_throughput``: Ray Serve's high-throughput mode
+    (HAProxy instead of Serve's Python proxy, gRPC between replicas; serve.throughput)."""
     import ray
     from ray import serve
     from ray.serve._private.api import serve_start
 
     from serve.runner import ray_deployer
+    from serve.throughput import environment, high_throughput_env
 
     with tempfile.TemporaryDirectory(prefix="aiops-bench-") as tmp, \
-            running_server(Path(tmp)) as (settings, _):
+            running_server(Path(tmp)) as (settings, _), \
+            tempfile.TemporaryDirectory(prefix="hap-", dir="/tmp") as hap, \
+            environment(high_throughput_env(Path(hap), free_port()) if high_throughput else {}):
         port = free_port()
         ray.init(address="local", num_cpus=2, include_dashboard=False,
                  logging_level=logging.WARNING, log_to_driver=False)

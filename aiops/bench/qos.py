@@ -22,16 +22,20 @@ configuration; batch throughput >= 0.9x the FIFO's at the same level.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import os
 import random
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from aiops.bench.common import percentile, serve_bench
+from aiops.bench.cpu import Role, cores_used, snapshot
 from aiops.client import ServerClient
 from aiops.errors import AIOpsError
 from aiops.semconv import PRIORITY_ATTR
@@ -101,6 +105,7 @@ class QosRow:
     batch: ClassStats
     drain_s: float = 0.0  # after the row, until one request answered in < 100 ms again
     breakdown: Breakdown | None = None  # aiops' path with priority on only
+    cpu: dict[str, float] = field(default_factory=dict)  # cores used per role (ROLES)
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,7 @@ class QosReport:
     realtime_rps: float
     capacity_rps: dict[str, float]
     rows: list[QosRow] = field(default_factory=list)
+    high_throughput: bool = False  # Ray Serve's high-throughput mode (HAProxy; serve.throughput)
 
     def row(self, config: str, level: float) -> QosRow | None:
         return next((r for r in self.rows if r.config == config and r.level == level), None)
@@ -157,6 +163,20 @@ def summarize(samples: Sequence[Sample], cls: str, duration_s: float) -> ClassSt
         send_lag_p99_ms=percentile([s.send_lag_ms for s in mine], 99) if mine else nan)
 
 
+# Who uses the cores while a row runs (by command line: Ray names a worker after its actor).
+ROLES = (
+    Role("load generator", lambda pid, c: pid == os.getpid() or "multiprocessing" in c),
+    Role("Serve proxy", lambda _, c: "ProxyActor" in c),
+    Role("HAProxy", lambda _, c: "haproxy" in c),
+    Role("aiops ingress", lambda _, c: "ServeReplica:" in c and ":ingress" in c),
+    Role("FIFO ingress", lambda _, c: "ServeReplica:" in c and "FifoIngress" in c),
+    Role("FIFO model", lambda _, c: "ServeReplica:" in c and "FifoEmbedder" in c),
+    Role("aiops model", lambda _, c: "ServeReplica:" in c),
+    Role("aiops server", lambda _, c: "aiops server" in c),
+    Role("Ray", lambda _, c: "ray" in c.lower()),
+)
+
+
 # -- load ----------------------------------------------------------------------------------
 
 
@@ -178,15 +198,17 @@ def _client(timeout_s: float) -> httpx.AsyncClient:
         max_connections=2000, max_keepalive_connections=2000))
 
 
-async def _open_loop(url: str, config: str, model: str, realtime: list[float],
-                     batch: list[float], timeout_s: float) -> list[Sample]:
+async def _open_loop(url: str, config: str, model: str, cls: str, times: list[float],
+                     timeout_s: float, start_wall: float) -> list[Sample]:
+    """Send ``cls`` requests at ``times`` seconds after the wall-clock instant ``start_wall``,
+    whatever is still outstanding."""
     target, body = _target(url, config, model)
     samples: list[Sample] = []
     async with _client(timeout_s) as client:
         loop = asyncio.get_running_loop()
-        start = loop.time() + 0.2
+        start = loop.time() + (start_wall - time.time())
 
-        async def one(cls: str, at: float) -> None:
+        async def one(at: float) -> None:
             await asyncio.sleep(max(0.0, start + at - loop.time()))
             lag = loop.time() - start - at
             try:
@@ -198,9 +220,41 @@ async def _open_loop(url: str, config: str, model: str, realtime: list[float],
             samples.append(Sample(cls, status, (end - start - at) * 1000, end - start,
                                   lag * 1000))
 
-        await asyncio.gather(*(one(REALTIME, t) for t in realtime),
-                             *(one(BATCH, t) for t in batch))
+        await asyncio.gather(*(one(t) for t in times))
     return samples
+
+
+def _send(url: str, config: str, model: str, cls: str, times: list[float], timeout_s: float,
+          start_wall: float) -> list[Sample]:
+    """One class's stream, in a load-generator process of its own."""
+    return asyncio.run(_open_loop(url, config, model, cls, times, timeout_s, start_wall))
+
+
+def _ready() -> int:
+    time.sleep(0.5)  # long enough that the pool hands the next call to the other process
+    return os.getpid()
+
+
+class _LoadGenerator:
+    """Two processes, one per class: the realtime stream is timed by an event loop that the
+    batch flood (hundreds of requests a second of HTTP client work) does not also run on."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        self._pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
+        for f in [self._pool.submit(_ready) for _ in range(2)]:  # both started and imported
+            f.result()
+
+    def run(self, url: str, config: str, model: str, realtime: list[float],
+            batch: list[float], timeout_s: float) -> list[Sample]:
+        start = time.time() + 0.5
+        futures = [self._pool.submit(_send, url, config, model, cls, times, timeout_s, start)
+                   for cls, times in ((REALTIME, realtime), (BATCH, batch)) if times]
+        return [s for f in futures for s in f.result()]
+
+    def close(self) -> None:
+        self._pool.shutdown()
 
 
 async def _closed_loop(url: str, config: str, model: str, clients: int,
@@ -292,15 +346,17 @@ def run_qos(levels: Sequence[float] = (0.0, 0.5, 1.0, 2.0), duration_s: float = 
             realtime_rps: float = 5.0, capacity_s: float = 5.0, timeout_s: float = 60.0,
             configs: Sequence[str] = CONFIGS, seed: int | None = None,
             max_ongoing_requests: int | None = None,
-            batch_max_in_flight: int | None = None) -> QosReport:
+            batch_max_in_flight: int | None = None,
+            high_throughput: bool = False) -> QosReport:
     """The whole benchmark (Ray and Serve started once); ``seed`` makes the arrivals Poisson
     (evenly spaced without it); ``max_ongoing_requests`` overrides the spec's on both paths
-    (a diagnostic: how many batch requests a realtime one can find ahead of it)."""
+    (a diagnostic: how many batch requests a realtime one can find ahead of it);
+    ``high_throughput`` runs both paths behind HAProxy (Ray Serve's high-throughput mode)."""
     from serve.app import deploy_config
     from serve.telemetry import TelemetryConfig
 
     spec = _spec(max_ongoing_requests, batch_max_in_flight)
-    with serve_bench() as bench:
+    with serve_bench(high_throughput) as bench:
         url = bench.url
         config = deploy_config([spec], TelemetryConfig(bench.settings.server_url, 1.0), {})
         config["applications"].append({
@@ -319,26 +375,27 @@ def run_qos(levels: Sequence[float] = (0.0, 0.5, 1.0, 2.0), duration_s: float = 
         reference = max(capacity.values())
 
         rows: list[QosRow] = []
-        for level in levels:
-            batch_rps = level * reference
-            rt = schedule(realtime_rps, duration_s, 0.5 / realtime_rps, seed)
-            bt = schedule(batch_rps, duration_s, 0.0, None if seed is None else seed + 1)
-            for config_name in configs:
-                started_ns = time.time_ns()
-                samples = asyncio.run(_open_loop(url, config_name, spec.name, rt, bt,
-                                                 timeout_s))
-                ended_ns = time.time_ns()
-                drain = asyncio.run(_settle(url, config_name, spec.name, 100.0,
-                                            3 * timeout_s))
-                realtime = summarize(samples, REALTIME, duration_s)
-                spans = _breakdown(telemetry, spec.name, started_ns, ended_ns, realtime.ok) \
-                    if config_name == AIOPS else None
-                rows.append(QosRow(config_name, level, batch_rps, realtime,
-                                   summarize(samples, BATCH, duration_s), drain, spans))
+        with contextlib.closing(_LoadGenerator()) as load:
+            for level in levels:
+                batch_rps = level * reference
+                rt = schedule(realtime_rps, duration_s, 0.5 / realtime_rps, seed)
+                bt = schedule(batch_rps, duration_s, 0.0, None if seed is None else seed + 1)
+                for config_name in configs:
+                    started_ns, cpu_before = time.time_ns(), snapshot(ROLES)
+                    samples = load.run(url, config_name, spec.name, rt, bt, timeout_s)
+                    ended_ns, cpu = time.time_ns(), cores_used(cpu_before, snapshot(ROLES))
+                    drain = asyncio.run(_settle(url, config_name, spec.name, 100.0,
+                                                3 * timeout_s))
+                    realtime = summarize(samples, REALTIME, duration_s)
+                    spans = _breakdown(telemetry, spec.name, started_ns, ended_ns, realtime.ok) \
+                        if config_name == AIOPS else None
+                    rows.append(QosRow(config_name, level, batch_rps, realtime,
+                                       summarize(samples, BATCH, duration_s), drain, spans,
+                                       dict(cpu)))
     return QosReport(model=spec.name, max_ongoing_requests=spec.max_ongoing_requests,
                      replicas=spec.autoscaling.max_replicas, max_queue=spec.qos.max_queue,
                      duration_s=duration_s, realtime_rps=realtime_rps,
-                     capacity_rps=capacity, rows=rows)
+                     capacity_rps=capacity, rows=rows, high_throughput=high_throughput)
 
 
 # -- report --------------------------------------------------------------------------------
@@ -372,7 +429,9 @@ def render(report: QosReport) -> str:
         f"model {report.model}: {report.replicas} replica(s), max_ongoing_requests "
         f"{report.max_ongoing_requests}, max_queue {report.max_queue} per class; "
         f"capacity (closed loop): {cap}; realtime {report.realtime_rps:g} req/s; "
-        f"{report.duration_s:g} s per row",
+        f"{report.duration_s:g} s per row; HTTP in front: "
+        + ("HAProxy (Ray Serve's high-throughput mode)" if report.high_throughput
+           else "Serve's Python proxy (Ray Serve's default)"),
         "",
         "| level | batch offered (req/s) | config | realtime p50 / p95 / p99 (ms) | realtime "
         "429 / err | batch p50 / p99 (ms) | batch done (req/s) | batch 429 / err | goals | "
@@ -405,4 +464,20 @@ def render(report: QosReport) -> str:
                 f"{_ms(r.realtime.p99_ms)} | {_ms(s.ingress_p50_ms)} / {_ms(s.ingress_p99_ms)} "
                 f"| {_ms(s.model_p50_ms)} / {_ms(s.model_p99_ms)} | "
                 f"{_ms(r.realtime.p50_ms - s.ingress_p50_ms)} |")
-    return "\n".join(lines)
+    return "\n".join(lines + _render_cpu(report))
+
+
+def _render_cpu(report: QosReport) -> list[str]:
+    roles = [r.name for r in ROLES] + ["other"]
+    seen = [n for n in roles if any(row.cpu.get(n, 0.0) >= 0.005 for row in report.rows)]
+    if not seen:
+        return []
+    lines = ["", f"Cores used while each row ran (CPU seconds per second, of "
+             f"{os.cpu_count()}; the load generator shares them):", "",
+             "| level | config | " + " | ".join(seen) + " | total |",
+             "|---|---|" + "---|" * (len(seen) + 1)]
+    for r in report.rows:
+        lines.append(f"| {r.level:g}x | {r.config} | "
+                     + " | ".join(f"{r.cpu.get(n, 0.0):.2f}" for n in seen)
+                     + f" | {sum(r.cpu.values()):.2f} |")
+    return lines

@@ -110,6 +110,10 @@ def test_a_tiny_run_reports_every_level_and_config() -> None:
         assert (r.batch.sent == 0) == (r.level == 0)
         # aiops' path names each request's class on its span: where the time went.
         assert (r.breakdown is not None and r.breakdown.spans > 0) == (r.config == AIOPS)
+        # who used the cores: the load generator's processes, and the path's own replicas
+        assert r.cpu["load generator"] > 0
+        assert r.cpu["aiops model" if r.config != FIFO else "FIFO model"] > 0
     rendered = render(report).splitlines()
     table = [line for line in rendered if any(f"| {c} |" in line for c in CONFIGS)]
-    assert sum(1 for line in table if line.startswith(("| 0x", "| 1x"))) == 6
+    assert sum(1 for line in table if line.startswith(("| 0x", "| 1x"))) == 12  # + cores
+    assert "Serve's Python proxy" in rendered[0]
