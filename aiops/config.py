@@ -211,6 +211,11 @@ class Settings(BaseSettings):
     # Ray and the Serve application.
     serve_host: str = Field("127.0.0.1", description="Address Ray Serve's HTTP proxy binds.")
     serve_port: int = Field(8000, ge=1, le=65535, description="Port of Ray Serve's HTTP proxy.")
+    serve_proxy: Literal["serve", "haproxy"] = Field(
+        "serve", description="What takes HTTP in front of the Serve app: `serve`, Serve's "
+        "Python proxy (Ray's default), or `haproxy`, Ray Serve's high-throughput mode (HAProxy, "
+        "gRPC between replicas: about half the CPU per request; docs/benchmarks.md \"Priority "
+        "under load\"). `haproxy`: one node, plain HTTP; replicas' ports bind all interfaces.")
     control_port: int = Field(
         8001, ge=1, le=65535,
         description="Port of the Serve control plane's API (models apply/canary/promote/...).")
@@ -367,6 +372,13 @@ class Settings(BaseSettings):
         if self.storage_backend == "ducklake" and not (self.lake_catalog
                                                        and self.lake_data_path):
             raise ValueError("storage_backend = ducklake needs lake_catalog and lake_data_path")
+        return self
+
+    @model_validator(mode="after")
+    def _haproxy_one_node(self) -> Settings:
+        if self.serve_proxy == "haproxy" and self.ray_worker_nodes:
+            raise ValueError("serve_proxy = haproxy runs on one node here (ray_worker_nodes = 0):"
+                             " nodes on one machine would share HAProxy's files")
         return self
 
     @model_validator(mode="after")

@@ -37,6 +37,7 @@ from serve.nodes import NodeWatcher
 from serve.options import ServeOptions
 from serve.specs import ModelSpec
 from serve.telemetry import Telemetry, attrs
+from serve.throughput import http_front
 
 __all__ = ["READY_FILE", "ServeWatcher", "main", "run"]
 
@@ -203,6 +204,13 @@ def admin_token(settings: Settings) -> str:
 
 
 def run(settings: Settings, stop: threading.Event) -> None:
+    """Ray, the Serve app and the control API until ``stop``; ``serve_proxy`` says what takes
+    HTTP in front (serve.throughput)."""
+    with http_front(settings.serve_proxy):
+        _run(settings, stop)
+
+
+def _run(settings: Settings, stop: threading.Event) -> None:
     import ray
     import uvicorn
     from ray import serve

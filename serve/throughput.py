@@ -10,20 +10,24 @@ first served, before aiops' admission could put it first. HAProxy does that work
 Ray reads the variables when Serve starts (in every process it starts), so they are set in
 the environment before ``ray.init``. HAProxy's files and metrics port are per instance here:
 Ray's defaults (/tmp/haproxy-serve, port 9101) would make two instances on one machine share
-them. HAProxy's admin socket path may be at most 97 bytes and Ray puts it two directories
-below the configured one (one named by a 56-character hash), so ``state_dir`` must be short
-(under ~28 bytes: a directory right under /tmp). Note: with HAProxy, Ray binds the replicas' HTTP ports on all interfaces (so that
-HAProxy on other nodes can reach them).
+them. HAProxy's admin socket path may be at most 97 bytes and Ray puts it one directory
+below the configured one (named by a 56-character hash), so that directory must be short
+(``MAX_STATE_DIR``: one right under /tmp). With HAProxy, Ray binds the replicas' HTTP ports
+on all interfaces (so that HAProxy on other nodes can reach them), and HAProxy serves plain
+HTTP only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Literal
 
-__all__ = ["MAX_STATE_DIR", "environment", "high_throughput_env"]
+__all__ = ["MAX_STATE_DIR", "environment", "high_throughput_env", "http_front"]
 
 MAX_STATE_DIR = 97 - len("/" + "0" * 56 + "/admin.sock")  # HAProxy: 97 bytes at most
 
@@ -57,3 +61,22 @@ def environment(env: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def http_front(kind: Literal["serve", "haproxy"]) -> Iterator[None]:
+    """For the block (which starts Ray and Serve): Serve's own proxy (``serve``: nothing to
+    do) or HAProxy (``haproxy``), its files in a private directory right under /tmp (short
+    enough for the socket) removed afterwards, its metrics on a free port."""
+    if kind != "haproxy":
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="hap-", dir="/tmp") as state, \
+            environment(high_throughput_env(Path(state), _free_port())):
+        yield

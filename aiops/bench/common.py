@@ -107,12 +107,11 @@ def serve_bench(high_throughput: bool = False) -> Iterator[ServeBench]:
     from ray.serve._private.api import serve_start
 
     from serve.runner import ray_deployer
-    from serve.throughput import environment, high_throughput_env
+    from serve.throughput import http_front
 
     with tempfile.TemporaryDirectory(prefix="aiops-bench-") as tmp, \
             running_server(Path(tmp)) as (settings, _), \
-            tempfile.TemporaryDirectory(prefix="hap-", dir="/tmp") as hap, \
-            environment(high_throughput_env(Path(hap), free_port()) if high_throughput else {}):
+            http_front("haproxy" if high_throughput else "serve"):
         port = free_port()
         ray.init(address="local", num_cpus=2, include_dashboard=False,
                  logging_level=logging.WARNING, log_to_driver=False)

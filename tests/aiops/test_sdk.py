@@ -30,7 +30,7 @@ from aiops.cli import app as cli_app
 from aiops.config import Settings
 from aiops.lifecycle import LifecycleClient
 from aiops.sdk import SdkError, generate_package
-from aiops.stack import settings_env
+from aiops.stack import read_state, session_members, settings_env
 from serve.openapi import document, document_bytes
 from serve.specs import ModelSpec, load_specs
 from tests.conftest import running_stack
@@ -266,10 +266,27 @@ def test_openapi_prints_the_offline_document(tmp_path: Path) -> None:
 
 # -- the running stack ---------------------------------------------------------------------
 
+# This stack runs Ray Serve's high-throughput mode (HAProxy in front; serve.throughput), so
+# the same checks of the served documents and the generated client cover that front too.
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    with running_stack(tmp_path_factory.mktemp("sdk"), MODELS, api_keys=API_KEY) as s:
+    with running_stack(tmp_path_factory.mktemp("sdk"), MODELS, api_keys=API_KEY,
+                       serve_proxy="haproxy") as s:
         yield s
+
+
+@pytest.mark.stack
+def test_haproxy_takes_http_in_front_of_this_stack(stack: Settings) -> None:
+    [serve_pid] = [c.pid for c in read_state(stack) if c.name == "serve"]
+    fronts = [pid for pid in session_members(serve_pid)
+              if b"haproxy" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert fronts, "no HAProxy process in the Serve driver's session"
+    r = httpx.post(f"{stack.serve_url}/v1/embeddings", timeout=30,
+                   headers={"authorization": f"Bearer {API_KEY}",
+                            "x-aiops-priority": "realtime"},
+                   json={"model": EMBED, "input": "through HAProxy"})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["data"][0]["embedding"]) == 384
 
 
 def openapi_url(stack: Settings, model: str) -> str:
