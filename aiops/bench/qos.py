@@ -311,15 +311,19 @@ WHERE i.service_name = 'ingress' AND i.kind = 'server'
 
 def _breakdown(client: ServerClient, model: str, start_ns: int, end_ns: int, expected: int,
                wait_s: float = 15.0) -> Breakdown | None:
-    """The realtime requests' spans of one row, once (nearly) all of them were exported."""
+    """The realtime requests' spans of one row, once (nearly) all of them were exported, or
+    once their count has not grown for 3 s (exporters flush every second)."""
     deadline = time.monotonic() + wait_s
     row: list[Any] = []
+    counts: list[int] = []
     while True:
         try:
             row = client.sql(_BREAKDOWN_SQL, [model, start_ns, end_ns])["rows"][0]
         except AIOpsError:
             row = []
-        if (row and row[0] >= 0.95 * expected) or time.monotonic() > deadline:
+        counts.append(int(row[0]) if row else 0)
+        settled = len(counts) > 3 and counts[-1] > 0 and counts[-1] == counts[-4]
+        if (row and row[0] >= 0.95 * expected) or settled or time.monotonic() > deadline:
             break
         time.sleep(1.0)
     if not row or not row[0]:
