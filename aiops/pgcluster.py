@@ -11,11 +11,11 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 from aiops.errors import AIOpsError
+from aiops.ports import free_port
 
 __all__ = ["PostgresCluster", "postgres_bindir"]
 
@@ -42,7 +42,7 @@ class PostgresCluster:
     def __init__(self, folder: Path, port: int | None = None) -> None:
         self.folder = folder.absolute()
         self.data = self.folder / "data"
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.bindir = postgres_bindir()
         self._as: list[str] = []
         if os.geteuid() == 0:
@@ -91,8 +91,3 @@ class PostgresCluster:
             raise AIOpsError(f"PostgreSQL {tool} failed ({done.returncode}): "
                              f"{(done.stderr or done.stdout).strip()[-500:]}")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

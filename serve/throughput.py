@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Literal
+
+from aiops.ports import free_port
 
 __all__ = ["MAX_STATE_DIR", "environment", "high_throughput_env", "http_front"]
 
@@ -63,12 +64,6 @@ def environment(env: Mapping[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def http_front(kind: Literal["serve", "haproxy"]) -> Iterator[None]:
     """For the block (which starts Ray and Serve): Serve's own proxy (``serve``: nothing to
@@ -78,5 +73,5 @@ def http_front(kind: Literal["serve", "haproxy"]) -> Iterator[None]:
         yield
         return
     with tempfile.TemporaryDirectory(prefix="hap-", dir="/tmp") as state, \
-            environment(high_throughput_env(Path(state), _free_port())):
+            environment(high_throughput_env(Path(state), free_port())):
         yield

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,26 +17,12 @@ from typing import Any
 import httpx
 
 from aiops.config import Settings, load_settings
+from aiops.ports import free_port
 from aiops.stack import settings_env
 from aiops.tls import client_verify
 
 __all__ = ["ServeBench", "free_port", "peak_rss_mib", "percentile", "running_server",
            "serve_bench"]
-
-
-def free_port() -> int:
-    """A free loopback port outside both the kernel's ephemeral range (32768+) and Ray's
-    worker ports (10002-19999): a port the kernel hands out for bind(0) can be taken by any
-    of Ray's many sockets before our server binds it."""
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 20000-32000")
 
 
 def peak_rss_mib(pid: int) -> float:
