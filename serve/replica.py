@@ -289,7 +289,9 @@ class ModelReplica:
                 try:
                     await self.faults.before_request()
                     while True:
-                        delta = await asyncio.to_thread(next, chunks, _DONE)
+                        # Each token on the class's lane: a batch stream's tokens on the
+                        # low-priority threads where the backend has them (serve.lanes).
+                        delta = await self.lanes.run(Priority(priority), next, chunks, _DONE)
                         if delta is _DONE:
                             break
                         assert isinstance(delta, Delta)

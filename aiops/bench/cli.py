@@ -85,11 +85,13 @@ def bench_serve(
 
 @bench_app.command("qos")
 def bench_qos(
-    duration: Annotated[float, typer.Option(help="Seconds of open-loop load per row.")] = 20.0,
+    duration: Annotated[float | None, typer.Option(
+        help="Seconds of open-loop load per row (default 20; 30 with --chat).")] = None,
     levels: Annotated[str, typer.Option(
         help="Batch arrival rates as multiples of capacity, comma-separated (0: realtime "
              "alone).")] = "0,0.5,1,2",
-    realtime_rps: Annotated[float, typer.Option(help="Realtime requests per second.")] = 5.0,
+    realtime_rps: Annotated[float | None, typer.Option(
+        help="Realtime requests per second (default 5; 0.5 with --chat).")] = None,
     seed: Annotated[int | None, typer.Option(
         help="Poisson arrivals from this seed (default: evenly spaced).")] = None,
     max_ongoing: Annotated[int | None, typer.Option(
@@ -98,13 +100,20 @@ def bench_qos(
     batch_max_in_flight: Annotated[int | None, typer.Option(
         help="Set the model's qos.batch_max_in_flight on aiops' path.")] = None,
     quick: Annotated[bool, typer.Option(
-        help="A smoke run: levels 0 and 1, 3 s per row.")] = False,
+        help="A smoke run: levels 0 and 1, 3 s per row (10 s with --chat).")] = False,
     high_throughput: Annotated[bool, typer.Option(
         help="Both paths behind HAProxy with gRPC between replicas (Ray Serve's "
              "high-throughput mode) instead of Serve's Python proxy.")] = False,
+    chat: Annotated[str | None, typer.Option(
+        help="Measure the chat model's realtime time to first token under batch streams "
+             "instead, on this backend: llama_cpp or vllm.")] = None,
+    vllm_python: Annotated[Path, typer.Option(
+        help="The interpreter vLLM runs in (--chat vllm; `make vllm-env` builds it).")
+    ] = Path(".venv-vllm/bin/python"),
 ) -> None:
-    """Realtime latency and batch throughput of the embedding model under a batch flood:
-    aiops' priority classes vs the same with priority off vs a plain Serve FIFO deployment."""
+    """Realtime latency and batch throughput under a batch flood: aiops' priority classes vs
+    the same with priority off vs a plain Serve FIFO deployment, on the embedding model (or,
+    with --chat, realtime time to first token of the chat model)."""
     from aiops.bench.qos import render, run_qos
 
     try:
@@ -112,9 +121,24 @@ def bench_qos(
     except ValueError:
         raise typer.BadParameter("numbers separated by commas", param_hint="--levels"
                                  ) from None
+    if chat is not None:
+        from aiops.bench.qos_chat import BACKENDS, chat_spec, run_qos_chat
+
+        if chat not in BACKENDS:
+            raise typer.BadParameter(f"one of {', '.join(BACKENDS)}", param_hint="--chat")
+        try:
+            chat_spec(chat, vllm_python)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--vllm-python") from None
+        if quick:
+            parsed, duration = [0.0, 1.0], 10.0
+        typer.echo(render(run_qos_chat(
+            chat, parsed, duration or 30.0, realtime_rps or 0.5, vllm_python=vllm_python,
+            batch_max_in_flight=batch_max_in_flight, high_throughput=high_throughput)))
+        return
     if quick:
         parsed, duration = [0.0, 1.0], 3.0
-    typer.echo(render(run_qos(parsed, duration, realtime_rps, seed=seed,
+    typer.echo(render(run_qos(parsed, duration or 20.0, realtime_rps or 5.0, seed=seed,
                               max_ongoing_requests=max_ongoing,
                               batch_max_in_flight=batch_max_in_flight,
                               high_throughput=high_throughput)))

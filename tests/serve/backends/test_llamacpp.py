@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 from collections.abc import Iterator
 
@@ -88,3 +89,47 @@ def test_a_json_schema_holds_generation_to_it(backend: LlamaCppBackend) -> None:
                                max_tokens=60, temperature=0.0,
                                json_schema=json.dumps(schema)))
     jsonschema.validate(json.loads(out.text), schema)
+
+
+def test_a_realtime_request_does_not_wait_for_a_running_batch_stream(
+        backend: LlamaCppBackend) -> None:
+    # Each class has its own context: a batch stream holding its context (its client reads
+    # slowly, or it has hundreds of tokens to go) leaves the realtime one free.
+    batch = backend.stream(ask("Count from 1 to 100.", max_tokens=64, realtime=False))
+    next(batch)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(backend.generate, ask("Hi", max_tokens=2))
+            assert answer.result(timeout=30).completion_tokens == 2
+    finally:
+        batch.close()
+    assert backend.concurrent_calls  # so the replica runs batch calls at low CPU priority
+
+
+def test_both_contexts_give_the_same_answer(backend: LlamaCppBackend) -> None:
+    question = "Paris is the capital of which country?"
+    realtime = backend.generate(ask(question, max_tokens=12, temperature=0.0))
+    batch = backend.generate(ask(question, max_tokens=12, temperature=0.0, realtime=False))
+    assert realtime.text == batch.text
+
+
+def test_one_context_serialises_the_classes(default_specs: dict[str, ModelSpec]) -> None:
+    # realtime_context: false (the agent's own model, batch only): one context, so a
+    # realtime call waits for the batch stream, and the replica keeps a single lane (a
+    # low-priority batch thread holding the lock would make realtime wait at its priority).
+    spec = default_specs["llm"]
+    one = LlamaCppBackend(spec.model_copy(update={
+        "options": {**spec.options, "realtime_context": False}}))
+    one.start()
+    try:
+        assert not one.concurrent_calls
+        batch = one.stream(ask("Count from 1 to 100.", max_tokens=64, realtime=False))
+        next(batch)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(one.generate, ask("Hi", max_tokens=2))
+            with pytest.raises(concurrent.futures.TimeoutError):
+                answer.result(timeout=1.0)
+            batch.close()
+            assert answer.result(timeout=30).completion_tokens == 2
+    finally:
+        one.shutdown()
