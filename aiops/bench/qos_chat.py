@@ -11,11 +11,14 @@ What each backend can do for a realtime request (docs/benchmarks.md):
 
 - llama.cpp: a context generates one sequence at a time and cannot pause it, so aiops' replica
   keeps a second context for realtime requests (serve.backends.llamacpp) and runs batch tokens
-  on low-priority threads (serve.lanes); the ingress keeps a slot free for realtime with
-  ``qos.batch_max_in_flight`` (one here: the replica has one batch context).
+  on low-priority threads (serve.lanes).
 - vLLM: one engine batches every request (continuous batching) with its priority scheduling
   policy: a realtime request is scheduled before waiting batch ones and may preempt running
   ones when the KV cache is short.
+
+Both need a slot to reach the replica: by default the bench's spec keeps one per replica for
+realtime (``qos.batch_max_in_flight`` = replicas x (``max_ongoing_requests`` - 1)); without
+it a realtime request waits at the ingress until a batch stream ends.
 
 Goal: realtime TTFT p99 <= 1.5x its unloaded p99 (the 120 ms goal is the fast model's: a
 135M-parameter chat model on one CPU thread takes ~330 ms to its first token unloaded).
@@ -52,7 +55,7 @@ from aiops.bench.qos import (
 )
 from serve.specs import DEFAULT_SPECS_FILE, ModelSpec, load_specs
 
-__all__ = ["BACKENDS", "chat_spec", "first_token", "run_qos_chat"]
+__all__ = ["BACKENDS", "chat_spec", "first_token", "reserved_batch_cap", "run_qos_chat"]
 
 BACKENDS = ("llama_cpp", "vllm")
 QUESTION = "In two sentences, why would a nightly batch job slow down a search index?"
@@ -64,8 +67,10 @@ def chat_spec(backend: str, vllm_python: Path | None = None,
               batch_max_in_flight: int | None = None) -> ModelSpec:
     """The shipped chat spec (SmolLM2 on llama.cpp), one replica; for ``vllm`` the same
     weights on the vLLM backend in ``vllm_python``'s interpreter, with half a core's request
-    so both paths' replicas fit the bench's 2 CPUs. ``batch_max_in_flight`` defaults to 1 on
-    llama.cpp (its batch context) and to none on vLLM (the engine orders by priority)."""
+    so both paths' replicas fit the bench's 2 CPUs. ``batch_max_in_flight`` defaults to one
+    slot fewer than the replica has (``reserved_batch_cap``): a realtime request then always
+    finds a slot, and the replica's own scheduling (llama.cpp's realtime context, vLLM's
+    priority policy) starts it at once."""
     if backend not in BACKENDS:
         raise ValueError(f"no chat backend {backend!r}; known: {', '.join(BACKENDS)}")
     spec = next(s for s in load_specs(DEFAULT_SPECS_FILE) if s.backend == "llama_cpp")
@@ -74,15 +79,23 @@ def chat_spec(backend: str, vllm_python: Path | None = None,
     if backend == "vllm":
         if vllm_python is None or not vllm_python.is_file():
             raise ValueError(f"no vLLM interpreter at {vllm_python} (build it: make vllm-env)")
-        update |= {"name": "smollm2-vllm", "backend": "vllm", "python": vllm_python.resolve(),
+        # absolute(), not resolve(): a virtualenv's python is a symlink to the base
+        # interpreter, and only the link's path makes Python use the virtualenv.
+        update |= {"name": "smollm2-vllm", "backend": "vllm", "python": vllm_python.absolute(),
                    "max_ongoing_requests": 4, "options": {"max_model_len": 2048,
                                                           "kv_cache_mb": 512},
                    "resources": spec.resources.model_copy(update={"num_cpus": 0.5,
                                                                   "memory_mb": None})}
-    elif batch_max_in_flight is None:
-        batch_max_in_flight = 1
-    update["qos"] = spec.qos.model_copy(update={"batch_max_in_flight": batch_max_in_flight})
-    return spec.model_copy(update=update)
+    spec = spec.model_copy(update=update)
+    if batch_max_in_flight is None:
+        batch_max_in_flight = reserved_batch_cap(spec)
+    return spec.model_copy(update={"qos": spec.qos.model_copy(
+        update={"batch_max_in_flight": batch_max_in_flight})})
+
+
+def reserved_batch_cap(spec: ModelSpec) -> int:
+    """Batch requests in flight that leave each replica one slot for realtime."""
+    return max(1, spec.autoscaling.max_replicas * (spec.max_ongoing_requests - 1))
 
 
 def _body(model: str, max_tokens: int) -> dict[str, Any]:

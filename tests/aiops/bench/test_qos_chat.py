@@ -47,9 +47,15 @@ def test_vllm_needs_its_interpreter_and_orders_by_priority_itself(tmp_path: Path
     python = tmp_path / "python"
     python.write_text("")
     spec = chat_spec("vllm", python)
-    assert spec.backend == "vllm" and spec.python == python.resolve()
-    assert spec.qos.batch_max_in_flight is None  # the engine's priority scheduler decides
+    assert spec.backend == "vllm" and spec.python == python.absolute()
+    # Four slots, three for batch: a realtime request always reaches the engine, whose
+    # priority policy then schedules it first.
+    assert spec.max_ongoing_requests == 4 and spec.qos.batch_max_in_flight == 3
     assert spec.resources.num_cpus == 0.5  # both paths' replicas fit the bench's 2 CPUs
+    # A virtualenv's python is a link to the base interpreter: the link is what is run.
+    link = tmp_path / "venv-python"
+    link.symlink_to(python)
+    assert chat_spec("vllm", link).python == link
     with pytest.raises(ValueError, match="known: llama_cpp, vllm"):
         chat_spec("onnx_embedding")
 
