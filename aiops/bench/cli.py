@@ -134,7 +134,8 @@ def bench_qos(
             parsed, duration = [0.0, 1.0], 10.0
         typer.echo(render(run_qos_chat(
             chat, parsed, duration or 30.0, realtime_rps or 0.5, vllm_python=vllm_python,
-            batch_max_in_flight=batch_max_in_flight, high_throughput=high_throughput)))
+            batch_max_in_flight=batch_max_in_flight, max_ongoing_requests=max_ongoing,
+            high_throughput=high_throughput)))
         return
     if quick:
         parsed, duration = [0.0, 1.0], 3.0

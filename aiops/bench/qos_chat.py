@@ -64,7 +64,8 @@ BATCH_TOKENS = 64
 
 
 def chat_spec(backend: str, vllm_python: Path | None = None,
-              batch_max_in_flight: int | None = None) -> ModelSpec:
+              batch_max_in_flight: int | None = None,
+              max_ongoing_requests: int | None = None) -> ModelSpec:
     """The shipped chat spec (SmolLM2 on llama.cpp), one replica; for ``vllm`` the same
     weights on the vLLM backend in ``vllm_python``'s interpreter, with half a core's request
     so both paths' replicas fit the bench's 2 CPUs. ``batch_max_in_flight`` defaults to one
@@ -86,6 +87,8 @@ def chat_spec(backend: str, vllm_python: Path | None = None,
                                                           "kv_cache_mb": 512},
                    "resources": spec.resources.model_copy(update={"num_cpus": 0.5,
                                                                   "memory_mb": None})}
+    if max_ongoing_requests is not None:
+        update["max_ongoing_requests"] = max_ongoing_requests
     spec = spec.model_copy(update=update)
     if batch_max_in_flight is None:
         batch_max_in_flight = reserved_batch_cap(spec)
@@ -203,13 +206,14 @@ async def _settle(url: str, config: str, model: str, under_ms: float, limit_s: f
 def run_qos_chat(backend: str, levels: list[float], duration_s: float = 30.0,
                  realtime_rps: float = 0.5, capacity_s: float = 20.0, timeout_s: float = 300.0,
                  configs: tuple[str, ...] = CONFIGS, vllm_python: Path | None = None,
-                 batch_max_in_flight: int | None = None,
+                 batch_max_in_flight: int | None = None, max_ongoing_requests: int | None = None,
                  high_throughput: bool = False) -> QosReport:
-    """The chat benchmark on ``backend`` (Ray and Serve started once)."""
+    """The chat benchmark on ``backend`` (Ray and Serve started once); ``max_ongoing_requests``
+    overrides the spec's on both paths."""
     from serve.app import deploy_config
     from serve.telemetry import TelemetryConfig
 
-    spec = chat_spec(backend, vllm_python, batch_max_in_flight)
+    spec = chat_spec(backend, vllm_python, batch_max_in_flight, max_ongoing_requests)
     with serve_bench(high_throughput) as bench:
         url = bench.url
         config = deploy_config([spec], TelemetryConfig(bench.settings.server_url, 1.0), {})

@@ -51,6 +51,8 @@ def test_vllm_needs_its_interpreter_and_orders_by_priority_itself(tmp_path: Path
     # Four slots, three for batch: a realtime request always reaches the engine, whose
     # priority policy then schedules it first.
     assert spec.max_ongoing_requests == 4 and spec.qos.batch_max_in_flight == 3
+    wider = chat_spec("vllm", python, max_ongoing_requests=5)  # the kept slot follows
+    assert wider.max_ongoing_requests == 5 and wider.qos.batch_max_in_flight == 4
     assert spec.resources.num_cpus == 0.5  # both paths' replicas fit the bench's 2 CPUs
     # A virtualenv's python is a link to the base interpreter: the link is what is run.
     link = tmp_path / "venv-python"
