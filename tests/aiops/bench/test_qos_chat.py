@@ -48,11 +48,11 @@ def test_vllm_needs_its_interpreter_and_orders_by_priority_itself(tmp_path: Path
     python.write_text("")
     spec = chat_spec("vllm", python)
     assert spec.backend == "vllm" and spec.python == python.absolute()
-    # Four slots, three for batch: a realtime request always reaches the engine, whose
+    # Five slots, four for batch: a realtime request always reaches the engine, whose
     # priority policy then schedules it first.
-    assert spec.max_ongoing_requests == 4 and spec.qos.batch_max_in_flight == 3
-    wider = chat_spec("vllm", python, max_ongoing_requests=5)  # the kept slot follows
-    assert wider.max_ongoing_requests == 5 and wider.qos.batch_max_in_flight == 4
+    assert spec.max_ongoing_requests == 5 and spec.qos.batch_max_in_flight == 4
+    narrower = chat_spec("vllm", python, max_ongoing_requests=4)  # the kept slot follows
+    assert narrower.max_ongoing_requests == 4 and narrower.qos.batch_max_in_flight == 3
     assert spec.resources.num_cpus == 0.5  # both paths' replicas fit the bench's 2 CPUs
     # A virtualenv's python is a link to the base interpreter: the link is what is run.
     link = tmp_path / "venv-python"
