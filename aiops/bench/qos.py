@@ -27,7 +27,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +44,7 @@ from serve.specs import DEFAULT_SPECS_FILE, ModelSpec, load_specs
 
 __all__ = ["AIOPS", "AIOPS_OFF", "BATCH", "CONFIGS", "FIFO", "REALTIME", "ROLES", "Breakdown",
            "ClassStats", "LoadGenerator", "QosReport", "QosRow", "Sample", "class_headers",
-           "http_client", "render", "run_qos", "schedule", "summarize"]
+           "http_client", "open_loop", "render", "run_qos", "schedule", "summarize"]
 
 AIOPS = "aiops"
 AIOPS_OFF = "aiops, priority off"
@@ -201,11 +201,12 @@ def http_client(timeout_s: float) -> httpx.AsyncClient:
         max_connections=2000, max_keepalive_connections=2000))
 
 
-async def _open_loop(url: str, config: str, model: str, cls: str, times: list[float],
-                     timeout_s: float, start_wall: float) -> list[Sample]:
+async def open_loop(cls: str, times: list[float], timeout_s: float, start_wall: float,
+                    request: Callable[[httpx.AsyncClient], Awaitable[tuple[int, float | None]]]
+                    ) -> list[Sample]:
     """Send ``cls`` requests at ``times`` seconds after the wall-clock instant ``start_wall``,
-    whatever is still outstanding."""
-    target, body = _target(url, config, model)
+    whatever is still outstanding. ``request(client)`` sends one and returns its status and
+    the event-loop time its latency ends at (None: it never did)."""
     samples: list[Sample] = []
     async with http_client(timeout_s) as client:
         loop = asyncio.get_running_loop()
@@ -214,17 +215,29 @@ async def _open_loop(url: str, config: str, model: str, cls: str, times: list[fl
         async def one(at: float) -> None:
             await asyncio.sleep(max(0.0, start + at - loop.time()))
             lag = loop.time() - start - at
-            try:
-                r = await client.post(target, json=body, headers=class_headers(config, cls))
-                status = r.status_code
-            except httpx.HTTPError:
-                status = 0
+            status, mark = await request(client)
             end = loop.time()
-            samples.append(Sample(cls, status, (end - start - at) * 1000, end - start,
-                                  lag * 1000))
+            latency = (mark - start - at) * 1000 if mark is not None else float("nan")
+            samples.append(Sample(cls, status, latency, end - start, lag * 1000))
 
         await asyncio.gather(*(one(t) for t in times))
     return samples
+
+
+async def _open_loop(url: str, config: str, model: str, cls: str, times: list[float],
+                     timeout_s: float, start_wall: float) -> list[Sample]:
+    """Embedding requests; latency to the whole answer."""
+    target, body = _target(url, config, model)
+
+    async def post(client: httpx.AsyncClient) -> tuple[int, float | None]:
+        try:
+            status = (await client.post(target, json=body,
+                                        headers=class_headers(config, cls))).status_code
+        except httpx.HTTPError:
+            status = 0
+        return status, asyncio.get_running_loop().time()
+
+    return await open_loop(cls, times, timeout_s, start_wall, post)
 
 
 def _send(url: str, config: str, model: str, cls: str, times: list[float], timeout_s: float,

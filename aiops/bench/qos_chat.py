@@ -50,6 +50,7 @@ from aiops.bench.qos import (
     Sample,
     class_headers,
     http_client,
+    open_loop,
     schedule,
     summarize,
 )
@@ -146,21 +147,9 @@ def _tokens(cls: str) -> int:
 
 async def _open_loop(url: str, config: str, model: str, cls: str, times: list[float],
                      timeout_s: float, start_wall: float) -> list[Sample]:
-    samples: list[Sample] = []
-    async with http_client(timeout_s) as client:
-        loop = asyncio.get_running_loop()
-        start = loop.time() + (start_wall - time.time())
-
-        async def one(at: float) -> None:
-            await asyncio.sleep(max(0.0, start + at - loop.time()))
-            lag = loop.time() - start - at
-            status, first = await _stream(client, url, config, model, cls, _tokens(cls))
-            end = loop.time()
-            ttft = (first - start - at) * 1000 if first is not None else float("nan")
-            samples.append(Sample(cls, status, ttft, end - start, lag * 1000))
-
-        await asyncio.gather(*(one(t) for t in times))
-    return samples
+    """Streamed chats; latency to the first token."""
+    return await open_loop(cls, times, timeout_s, start_wall, lambda client: _stream(
+        client, url, config, model, cls, _tokens(cls)))
 
 
 def _send(url: str, config: str, model: str, cls: str, times: list[float], timeout_s: float,
