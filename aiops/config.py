@@ -273,6 +273,10 @@ class Settings(BaseSettings):
     analytics_resolve_after_s: float = Field(
         30.0, gt=0, description="An incident resolves after this many seconds without a "
         "firing detector.")
+    analytics_recovered_after_s: float = Field(
+        10.0, gt=0, description="An incident an action was taken for (mitigating) resolves, "
+        "and the action is verified, once no failed or slow request of it has ended for this "
+        "many seconds (the detectors' window may still hold older ones).")
 
     policy_file: Path | None = Field(
         None, description="Remediation policy (YAML, see docs/remediation.md). Default: the "

@@ -48,6 +48,7 @@ class AnalyzerConfig:
         default_factory=lambda: tuple(parse_windows("60/10/6,600/60/3")))
     traces: TraceThresholds = field(default_factory=TraceThresholds)
     resolve_after_s: float = 30.0
+    recovered_after_s: float = 10.0  # a mitigating incident's (IncidentTracker)
     objectives: tuple[Objective, ...] = ()
     calls: ServiceMap | None = None  # a declared service map (docs/attach.md)
     # Mesh metrics' source -> destination calls: re-read this often, over this much history.
@@ -74,7 +75,8 @@ class Analyzer:
         self.config = config
         self.clock = clock
         # The owner of incidents and the one writer of the table; remediation subscribes.
-        self.tracker = IncidentTracker(config.resolve_after_s, calls=config.calls, store=store)
+        self.tracker = IncidentTracker(config.resolve_after_s, calls=config.calls, store=store,
+                                       recovered_after_s=config.recovered_after_s)
         self._store = store
         self._calls = config.calls or ServiceMap()  # declared, and Serve's graph once read
         self._mesh = ServiceMap()

@@ -52,6 +52,13 @@ class Finding:
     evidence: list[Evidence] = field(default_factory=list)
     about: str | None = None  # the model served, when the entity is a caller (the ingress)
     node: str | None = None  # the Ray node at fault, for a node-level finding (a lost node)
+    # The change this finding is tied to, when its entity changed recently (a version first
+    # served inside the detector's lookback, after another version of the same service): a
+    # regression tied to a change is a page even where no SLO is defined.
+    change: str | None = None
+    # When the latest bad observation behind it ended (a failed or slow span), where the
+    # detector knows: a finding of spans from before an action is not news of after it.
+    last_ns: int | None = None
 
     @property
     def subject(self) -> str:

@@ -1,7 +1,17 @@
 """Incidents: findings deduplicated per service, ranked into root causes, with a lifecycle.
 
+An incident is a page: it opens only for what users feel (``pages``): an SLO burning, a
+regression tied to a change (a version first served minutes ago, ``Finding.change``), or a
+failure that kills what serves them (a crash, an OOM kill or a leak heading there, a lost
+node). Every other finding (a tail on a healthy release, CPU contention, a log template's
+rate) is held as a finding: it joins the incident of its service if one opens while it still
+fires (its evidence, its onset), and is forgotten once it has not fired for
+``resolve_after_s``; chat-ops reads findings from the store as they are.
+
 One incident is open per service (a model, or the ingress) at a time; every finding about that
-service joins it. The incident is ``open`` while findings keep coming, ``mitigating`` once an
+service joins it. The fronts (the embedded ingress, Serve's HTTP proxies) call every service:
+their findings join the incident of a firing service behind them, never one of their own
+while one fires. The incident is ``open`` while findings keep coming, ``mitigating`` once an
 action was taken for it (remediation sets this), and ``resolved`` when no finding has fired
 for ``resolve_after_s`` (the SLIs recovered). Each change is appended as a new row of the
 ``incidents`` table (``updated_at``), so its history stays; the latest row is its state.
@@ -39,14 +49,15 @@ from aiops.analytics.rca.model import Symptom
 from aiops.analytics.rca.symptom import SYMPTOM_CLASSES, leads, walk
 from aiops.analytics.slo import SLO_BURN
 from aiops.analytics.topology import ServiceMap
+from aiops.identity import PROXY_SERVICE
 from aiops.schema import INCIDENTS
 
 if TYPE_CHECKING:
     from aiops.store import Store
 
-__all__ = ["ContextSource", "EvidenceRecord", "Incident", "IncidentEvidence",
+__all__ = ["PAGE_CAUSES", "ContextSource", "EvidenceRecord", "Incident", "IncidentEvidence",
            "IncidentListener", "IncidentTracker", "RankedCause", "RankedCauseRecord", "Status",
-           "rank_causes", "symptom_of", "to_table"]
+           "pages", "rank_causes", "symptom_of", "to_table"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +67,18 @@ CAUSE_DEPTH = {FaultClass.NODE: 5, FaultClass.MEMORY: 4, FaultClass.CRASH: 3,
                FaultClass.CPU: 2, FaultClass.NETWORK: 1}
 CALLER_DISCOUNT = 0.5
 INGRESS = "ingress"
+# Services that call every other one: the clients' view, a symptom while a service behind fires.
+FRONTS = frozenset({INGRESS, PROXY_SERVICE})
+# Failures users meet whatever an objective says: the process serving them killed (a crash,
+# an OOM kill, a leak heading there) or its node lost.
+PAGE_CAUSES = frozenset({FaultClass.CRASH, FaultClass.MEMORY, FaultClass.NODE})
+
+
+def pages(f: Finding) -> bool:
+    """Whether a finding is user impact (an incident opens for it): an SLO burning, a
+    regression tied to a change, or a failure in ``PAGE_CAUSES``. A tail at 1.1x the median
+    on a release that has served for an hour is not: it stays a finding."""
+    return f.detector == SLO_BURN or f.change is not None or f.fault_class in PAGE_CAUSES
 
 
 class Status(StrEnum):
@@ -176,10 +199,10 @@ def rank_causes(findings: list[Finding], calls: ServiceMap | None = None,
     by_version: dict[Entity, list[Finding]] = defaultdict(list)
     for f in findings:
         by_version[Entity(f.entity.service, f.entity.version)].append(f)
-    callees = any(e.service != INGRESS for e in by_version)
+    callees = any(e.service not in FRONTS for e in by_version)
     firing = {e.service for e in by_version}
     # The best score of a callee with a kernel-level cause (a crash, an OOM kill, ...).
-    explained = max((f.score for e, fs in by_version.items() if e.service != INGRESS
+    explained = max((f.score for e, fs in by_version.items() if e.service not in FRONTS
                      for f in fs if f.fault_class in CAUSE_CLASSES), default=0.0)
     best: dict[str, float] = defaultdict(float)  # each firing service's best score
     for entity, fs in by_version.items():
@@ -187,7 +210,7 @@ def rank_causes(findings: list[Finding], calls: ServiceMap | None = None,
     causes = []
     for entity, fs in by_version.items():
         score = max(f.score for f in fs)
-        if entity.service == INGRESS and callees:
+        if entity.service in FRONTS and callees:
             score *= CALLER_DISCOUNT
             if explained:
                 # The caller's symptoms are explained by its callee's cause: it ranks below.
@@ -226,7 +249,7 @@ def _from_symptom(causes: list[RankedCause], findings: list[Finding], calls: Ser
     a score just below the one above it, so score order stays the verdict's order."""
     services = {f.entity.service for f in findings}
     edges = set(calls.edges if calls is not None else ())
-    edges |= {(INGRESS, s) for s in services if s != INGRESS}
+    edges |= {(front, s) for s in services if s not in FRONTS for front in FRONTS}
     path = walk(symptom.entity, edges, {f.entity.service for f in findings
                                          if leads(symptom.fault_class, f.fault_class)})
     if not path.ends:
@@ -251,6 +274,9 @@ class Incident:
     findings: dict[tuple[str, Entity, FaultClass], Finding] = field(default_factory=dict)
     causes: list[RankedCause] = field(default_factory=list)
     extra_evidence: list[dict[str, Any]] = field(default_factory=list)
+    # When its latest bad observation ended (Finding.last_ns; the round's time where a
+    # finding has none): once an action was taken, recovery is judged from it.
+    last_evidence_ns: int = 0
 
     @property
     def onset_ns(self) -> int:
@@ -263,7 +289,7 @@ class Incident:
 
     @property
     def severity(self) -> str:
-        return "page" if any(k[0] == SLO_BURN for k in self.findings) else "ticket"
+        return "page" if any(pages(f) for f in self.findings.values()) else "ticket"
 
     @property
     def summary(self) -> str:
@@ -319,8 +345,21 @@ class IncidentTracker:
     released, so that they may call back (``mark_mitigating``) from their own locks."""
 
     def __init__(self, resolve_after_s: float = 30.0, refresh_s: float = 10.0,
-                 calls: ServiceMap | None = None, store: Store | None = None) -> None:
+                 calls: ServiceMap | None = None, store: Store | None = None,
+                 page: Callable[[Finding], bool] = pages,
+                 recovered_after_s: float = 10.0) -> None:
         self.resolve_after_ns = int(resolve_after_s * 1e9)
+        # A mitigating incident (an action was taken) resolves once no bad observation has
+        # ended for this long: the spans of a rolled-back release still in the detectors'
+        # window are about before the action, not news that it failed.
+        self.recovered_after_ns = int(recovered_after_s * 1e9)
+        self._page = page
+        # Findings of services with no incident, none of them a page yet: (finding, when it
+        # last fired) by service and key, until they stop firing for resolve_after_s.
+        self._held: dict[str, dict[tuple[str, Entity, FaultClass], tuple[Finding, int]]] = {}
+        # Per entity of a resolved incident, its latest bad observation: a finding that saw
+        # nothing later (the window still holds the spans it resolved on) is not a new fault.
+        self._past: dict[Entity, int] = {}
         self.refresh_ns = int(refresh_s * 1e9)
         self.store = store
         self._calls = calls
@@ -360,6 +399,16 @@ class IncidentTracker:
         return self._owner(f.subject, firing)
 
     def _owner(self, service: str, firing: set[str]) -> str:
+        if service in FRONTS:
+            behind = firing - FRONTS
+            if behind:
+                # A front calls everyone: the deepest service behind it that fires (by name
+                # among equals; two apps failing at once behind one proxy is the limit).
+                calls = self._calls
+                deep = sorted(s for s in behind
+                              if calls is None or not calls.callees(s) & behind)
+                return deep[0] if deep else sorted(behind)[0]
+            return service
         if self._calls is None:
             return service
         reached = self._calls.callees(service) & firing
@@ -422,14 +471,20 @@ class IncidentTracker:
 
     def _fold(self, findings: list[Finding], now_ns: int) -> list[Incident]:
         changed: dict[str, Incident] = {}
+        findings = [f for f in findings
+                    if f.last_ns is None or f.last_ns > self._past.get(f.entity, -1)]
         by_service: dict[str, list[Finding]] = defaultdict(list)
         firing = {f.subject for f in findings} | set(self._open)
         self._join_callers(firing, now_ns, changed)
         for f in findings:
             by_service[self._subject(f, firing)].append(f)
+        self._forget_held(now_ns)
         for service, fs in by_service.items():
             inc = self._open.get(service)
             if inc is None:
+                fs = self._hold(service, fs, firing, now_ns)
+                if not fs:
+                    continue  # findings, not a page: held until one pages or they stop
                 inc = Incident(f"inc-{uuid.uuid4().hex[:12]}", service, now_ns, now_ns, now_ns)
                 self._open[service] = inc
             before = (inc.causes[0].entity, inc.causes[0].fault_class) if inc.causes else None
@@ -444,6 +499,8 @@ class IncidentTracker:
             found = list(inc.findings.values())
             inc.causes = rank_causes(found, self._calls, symptom_of(found))
             inc.last_firing_ns = now_ns
+            inc.last_evidence_ns = max(inc.last_evidence_ns, *(
+                now_ns if f.last_ns is None else min(f.last_ns, now_ns) for f in fs))
             after = (inc.causes[0].entity, inc.causes[0].fault_class)
             # Persist when the verdict changes, and every refresh_s while the evidence grows.
             if before != after or inc.updated_ns == inc.opened_ns \
@@ -451,12 +508,53 @@ class IncidentTracker:
                 inc.updated_ns = self._stamp(inc, now_ns)
                 changed[inc.incident_id] = inc
         for service, inc in list(self._open.items()):
-            if now_ns - inc.last_firing_ns >= self.resolve_after_ns:
+            recovered = inc.status is Status.MITIGATING and \
+                now_ns - inc.last_evidence_ns >= self.recovered_after_ns
+            if recovered or now_ns - inc.last_firing_ns >= self.resolve_after_ns:
+                for f in inc.findings.values():
+                    if f.last_ns is not None:
+                        self._past[f.entity] = max(self._past.get(f.entity, 0), f.last_ns)
                 inc.updated_ns = self._stamp(inc, now_ns)
                 inc.status, inc.closed_ns = Status.RESOLVED, now_ns
                 del self._open[service]
                 changed[inc.incident_id] = inc
         return list(changed.values())
+
+    def _hold(self, owner: str, fs: list[Finding], firing: set[str], now_ns: int
+              ) -> list[Finding]:
+        """Hold ``fs`` (the round's findings that ``owner`` would own) unless one pages; when
+        one does, return them with every held finding ``owner`` now owns (the incident's
+        earlier evidence and onset), else []."""
+        held = self._held.setdefault(owner, {})
+        for f in fs:
+            key = (f.detector, f.entity, f.fault_class)
+            seen = held.get(key)
+            if seen is not None and seen[0].start_ns < f.start_ns:
+                f = replace(f, start_ns=seen[0].start_ns)
+            held[key] = (f, now_ns)
+        if not any(self._page(f) for f in fs):
+            return []
+        out: list[Finding] = []
+        for service in sorted(self._held):
+            if service == owner or self._owner(service, firing) == owner:
+                out += [f for f, _ in self._held.pop(service).values()]
+        return out
+
+    def _forget_held(self, now_ns: int) -> None:
+        # A window never reaches back an hour: older bounds filter nothing.
+        self._past = {e: t for e, t in self._past.items() if now_ns - t < 3600 * 10**9}
+        for service in list(self._held):
+            kept = {k: v for k, v in self._held[service].items()
+                    if now_ns - v[1] < self.resolve_after_ns}
+            if kept:
+                self._held[service] = kept
+            else:
+                del self._held[service]
+
+    def held(self) -> list[Finding]:
+        """The findings that fire or fired lately without an incident (none of them a page)."""
+        with self._lock:
+            return [f for fs in self._held.values() for f, _ in fs.values()]
 
     def mark_mitigating(self, incident_id: str, now_ns: int) -> Incident | None:
         """An action was taken for an open incident: it is ``mitigating``, and written so.

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scipy import stats
 
@@ -75,6 +75,11 @@ class TraceThresholds:
     tail_alpha: float = 1e-3
     # The model's SLO latency as a floor for both tests (where it has an SLO; see below).
     slo_floor: bool = True
+    # A version first served this long after the lookback began, with another version of
+    # its service served before it, is a change (a release, a canary): its findings are
+    # tied to that change. The margin keeps a lookback that merely begins with the traffic
+    # (a server just started) from calling every version new.
+    change_margin_s: float = 60.0
 
 
 # Groups: ingress spans are one group per operation (the caller); model spans one per
@@ -84,7 +89,7 @@ WITH s AS (
   SELECT service_name AS service, name,
          CASE WHEN service_name = ? THEN NULL ELSE {semconv.VERSION} END
              AS version, {semconv.MODEL} AS model, duration_ns, {semconv.FAILED} AS failed,
-         trace_id, epoch_ns(end_time) >= ? AS current
+         trace_id, epoch_ns(end_time) >= ? AS current, start_time, end_time
   FROM spans
   -- By end time: a span is evidence from when it is known (a 5 s request that started before
   -- the window but just ended is news), and the window holds what ended in it.
@@ -99,7 +104,11 @@ SELECT service, name, version, model, current,
        quantile_cont(duration_ns, 0.99) AS p99,
        -- the window's own spans, slowest first (few: the window is seconds long)
        list(duration_ns ORDER BY duration_ns DESC) FILTER (WHERE current) AS durations,
-       count(*) FILTER (WHERE failed) AS n_failed
+       -- their end times, in the same order (when each slow span was last seen)
+       list(epoch_ns(end_time) ORDER BY duration_ns DESC) FILTER (WHERE current) AS ends,
+       count(*) FILTER (WHERE failed) AS n_failed,
+       max(epoch_ns(end_time)) FILTER (WHERE failed) AS last_failed_ns,
+       min(epoch_ns(start_time)) AS first_ns
 FROM s GROUP BY ALL
 """
 
@@ -119,6 +128,13 @@ class _Stats:
     p99: float = 0.0
     durations: tuple[float, ...] = ()
     n_failed: int = 0
+    ends: tuple[int, ...] = ()  # the end of each of ``durations``' spans
+    last_failed_ns: int | None = None
+
+    def last_slower(self, level: float) -> int | None:
+        """When the latest of the window's spans slower than ``level`` ended."""
+        return max((e for d, e in zip(self.durations, self.ends, strict=False) if d > level),
+                   default=None)
 
 
 def _tail_odds(k: int, n: int, p: float) -> float:
@@ -151,12 +167,17 @@ def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None,
                                  now_ns]).rows
     current: dict[_Key, _Stats] = {}
     history: dict[_Key, _Stats] = {}
+    first: dict[tuple[str, str | None], int] = {}  # (service, version) -> its first span
     for (service, name, version, model, is_current, n, med, mad, failed, slowest, ftrace, p99,
-         durations, n_failed) in rows:
+         durations, ends, n_failed, last_failed_ns, first_ns) in rows:
+        first[(service, version)] = min(int(first_ns), first.get((service, version), 1 << 62))
         group = _Stats(int(n), float(med), float(mad or 0), float(failed or 0), slowest, ftrace,
                        float(p99 or 0), tuple(float(d) for d in durations or ()),
-                       int(n_failed or 0))
+                       int(n_failed or 0), tuple(int(e) for e in ends or ()),
+                       None if last_failed_ns is None else int(last_failed_ns))
         (current if is_current else history)[(service, name, version, model)] = group
+    changes = _changes(first, now_ns - int(t.baseline_s * NS) + int(t.change_margin_s * NS),
+                       now_ns)
     found: list[Finding] = []
     for key, cur in current.items():
         service, name, version, model = key
@@ -176,15 +197,33 @@ def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None,
         entity, about = Entity(service, version), model if service == INGRESS else None
         floor_ns = 0.0 if _sibling_unshifted(key, current, history, t) else \
             slow_ms.get(model or service, 0.0) * 1e6
-        found += _latency(entity, name, about, cur, base, tail, t, cur_start, now_ns,
-                          floor_ns)
+        mine = _latency(entity, name, about, cur, base, tail, t, cur_start, now_ns, floor_ns)
         # Errors against the best the model did recently: a release failing from its first
         # request has a history of failing too, and a baseline of it would absorb the fault
         # (an open incident resolving while the release still fails a third of its calls).
         err_base = min((s for s in (base, *siblings) if s.n >= t.min_spans),
                        key=lambda s: s.failed)
-        found += _errors(entity, name, about, cur, err_base, tail, t, cur_start, now_ns)
+        mine += _errors(entity, name, about, cur, err_base, tail, t, cur_start, now_ns)
+        change = changes.get((service, version))
+        found += [replace(f, change=change) for f in mine] if change else mine
     return found
+
+
+def _changes(first: dict[tuple[str, str | None], int], new_after_ns: int, now_ns: int
+             ) -> dict[tuple[str, str | None], str]:
+    """Versions that are a recent change: first served after ``new_after_ns``, with another
+    version of the same service served before them (what they replaced, or run beside)."""
+    out: dict[tuple[str, str | None], str] = {}
+    for (service, version), first_ns in first.items():
+        if version is None or first_ns <= new_after_ns:
+            continue
+        before = sorted((f, v) for (s, v), f in first.items()
+                        if s == service and v is not None and v != version and f < first_ns)
+        if before:
+            out[(service, version)] = (
+                f"{service}@{version} first served {(now_ns - first_ns) / NS:.0f} s ago, "
+                f"after {before[-1][1]}")
+    return out
 
 
 def _sibling_unshifted(key: _Key, current: dict[_Key, _Stats], history: dict[_Key, _Stats],
@@ -217,6 +256,7 @@ def _latency(entity: Entity, name: str, about: str | None, cur: _Stats, base: _S
     if cur.n >= t.min_spans and cur.med > t.latency_ratio * base.med and z > t.robust_z \
             and cur.med > floor_ns:
         score, how = z / t.robust_z, f"median {cur.med / 1e6:.0f} ms over {cur.n} spans"
+        last_ns = cur.last_slower(t.latency_ratio * base.med)
     elif tail is not None:
         base, scale = tail, _scale(tail)
         level = max(base.p99, t.tail_ratio * base.med, base.med + t.robust_z * scale,
@@ -232,6 +272,7 @@ def _latency(entity: Entity, name: str, about: str | None, cur: _Stats, base: _S
         score = max(z / t.robust_z, math.log(odds) / math.log(t.tail_alpha))
         how = (f"{len(beyond)} of {cur.n} spans slower than {level / 1e6:.0f} ms (the "
                f"baseline's p99 {base.p99 / 1e6:.0f} ms; odds {odds:.0e})")
+        last_ns = cur.last_slower(level)
     else:
         return []
     return [Finding(
@@ -244,7 +285,7 @@ def _latency(entity: Entity, name: str, about: str | None, cur: _Stats, base: _S
                          f"slowest '{name}' in the baseline"),
          entity.evidence(EvidenceKind.METRIC, f"span.duration.median{{{name}}}",
                          FaultClass.LATENCY, "median_ms", cur.med / 1e6, base.med / 1e6, z)],
-        about)]
+        about, last_ns=last_ns)]
 
 
 def _errors(entity: Entity, name: str, about: str | None, cur: _Stats, base: _Stats,
@@ -270,4 +311,4 @@ def _errors(entity: Entity, name: str, about: str | None, cur: _Stats, base: _St
                          f"a failed '{name}' span"),
          entity.evidence(EvidenceKind.METRIC, f"span.failed_share{{{name}}}",
                          FaultClass.ERRORS, "failed_share", cur.failed, base.failed, score)],
-        about)]
+        about, last_ns=cur.last_failed_ns)]

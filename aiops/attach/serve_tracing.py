@@ -46,20 +46,21 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from aiops.identity import APP, DEPLOYMENT, REPLICA, identities
+from aiops.identity import APP, DEPLOYMENT, PROXY_SERVICE, REPLICA, SCALING_FIELDS, identities
 
-__all__ = ["PROXY_SERVICE", "ServeSpanExporter", "span_processors"]
+__all__ = ["PROXY_SERVICE", "ReleaseStamp", "ServeSpanExporter", "span_processors"]
 
 log = logging.getLogger(__name__)
 
-# The service of the proxies' spans: the clients' view of every application on the node.
-PROXY_SERVICE = "ray-serve-proxy"
 # How often a replica re-reads its release once its application runs; while it deploys, every
 # UNSETTLED_S for UNSETTLED_FOR_S (then REFRESH_S: an app can stay unhealthy for long).
 REFRESH_S = 15.0
 UNSETTLED_S, UNSETTLED_FOR_S = 2.0, 120.0
 DEFAULT_DELAY_MS = 500.0
 _HANDLE_CALL = "route_to_replica"
+_PROXY_HTTP = "proxy_http_request"
+# Internal: the release epoch a span started in (ReleaseStamp); never leaves the process.
+_EPOCH = "aiops.serve.release_epoch"
 _SERVE_SCOPE = "ray.serve"  # the tracer Serve's own spans come from
 _ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
@@ -75,9 +76,11 @@ def span_processors() -> list[SpanProcessor]:
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        # A short delay: detection and verification read these spans within seconds.
-        return [BatchSpanProcessor(ServeSpanExporter(OTLPSpanExporter()),
-                                   schedule_delay_millis=_delay_ms())]
+        exporter = ServeSpanExporter(OTLPSpanExporter())
+        # The stamp first: a span carries the release it started under. A short delay:
+        # detection and verification read these spans within seconds.
+        return [ReleaseStamp(exporter.whoami),
+                BatchSpanProcessor(exporter, schedule_delay_millis=_delay_ms())]
     except Exception:
         log.exception("aiops tracing: cannot set up the OTLP exporter; Serve's spans are not "
                       "exported")
@@ -94,29 +97,92 @@ def _delay_ms() -> float:
         return DEFAULT_DELAY_MS
 
 
-class _Whoami:
-    """This process' Serve identity as resource attributes, re-read while it may change."""
+def _replica_context() -> Any:
+    """This process' Serve replica context (None outside a replica: a proxy). Serve replaces
+    the object whenever it reconfigures the replica (a ``user_config`` release applied in
+    place), so its identity says when the release may have changed. A module attribute read:
+    cheap enough for every span's start."""
+    try:
+        from ray.serve.context import _get_internal_replica_context
+    except ImportError:  # pragma: no cover - Serve calls this module
+        return None
+    return _get_internal_replica_context()  # type: ignore[no-untyped-call]
 
-    def __init__(self) -> None:
+
+def _release_key(ctx: Any) -> str:
+    """What a replica runs, as its context says: its deployment config without the scaling
+    fields (``user_config`` among the rest) and its code version. Equal keys, same release."""
+    cfg = getattr(ctx, "_deployment_config", None)
+    try:
+        body = cfg.dict(exclude=set(SCALING_FIELDS) | {"user_configured_option_names"}) \
+            if cfg is not None else None
+    except Exception:  # noqa: BLE001 - a Serve that changed the model: compare what we can
+        body = getattr(cfg, "user_config", None)
+    return repr((body, getattr(ctx, "code_version", None)))
+
+
+class _Whoami:
+    """This process' Serve identity as resource attributes, per release *epoch*.
+
+    A replica's epoch changes when Serve reconfigures it with a different release (a
+    ``user_config`` change applies in place, in this process): ``epoch()`` notices at the
+    next span's start, so each span is stamped with the release it started under, and the
+    first export after the change reads the new release from the controller (which holds the
+    new config before it reconfigures any replica). Within an epoch the release is re-read
+    while the application may change elsewhere (another deployment's release renames this
+    one's too): every REFRESH_S once it runs, every UNSETTLED_S while it deploys."""
+
+    def __init__(self, context: Any = _replica_context) -> None:
+        self._context = context
         self._lock = threading.Lock()
-        self._attrs: dict[str, Any] | None = None
+        self._attrs: dict[str, Any] | None = None  # the current epoch's, once read
+        self._by_epoch: dict[int, dict[str, Any]] = {}
+        self._ctx: Any = None
+        self._key: str | None = None
+        self._epoch = 0
+        self._read_epoch = -1  # the epoch _attrs was read for
         self._read_at = 0.0
         self._settled = False  # the app was RUNNING when last read
         self._unsettled_since = time.monotonic()
 
-    def attributes(self) -> dict[str, Any]:
+    def epoch(self) -> int | None:
+        """The release epoch this replica runs now (None outside a replica)."""
+        ctx = self._context()
+        if ctx is None:
+            return None
+        if ctx is self._ctx:
+            return self._epoch
+        key = _release_key(ctx)
         with self._lock:
+            if ctx is not self._ctx:
+                self._ctx = ctx
+                if key != self._key:
+                    self._key, self._epoch = key, self._epoch + 1
+            return self._epoch
+
+    def attributes(self, epoch: int | None = None) -> dict[str, Any]:
+        """The resource attributes of spans started in ``epoch`` (None: now)."""
+        with self._lock:
+            if epoch is not None and epoch < self._epoch:
+                old = self._by_epoch.get(epoch)
+                if old is not None:
+                    return old
             now = time.monotonic()
+            changed = self._read_epoch != self._epoch  # reconfigured since the last read
             quick = not self._settled and now - self._unsettled_since < UNSETTLED_FOR_S
-            if self._attrs is None or now - self._read_at > (UNSETTLED_S if quick
-                                                             else REFRESH_S):
-                self._attrs = self._read(self._attrs)
-                self._read_at = now
-                if self._settled:
+            if self._attrs is None or changed or \
+                    now - self._read_at > (UNSETTLED_S if quick else REFRESH_S):
+                self._attrs = self._read(self._attrs, keep_version=not changed)
+                self._read_at, self._read_epoch = now, self._epoch
+                if self._settled or changed:
                     self._unsettled_since = now
+                self._by_epoch[self._epoch] = self._attrs
+                for stale in sorted(self._by_epoch)[:-8]:
+                    del self._by_epoch[stale]
             return self._attrs
 
-    def _read(self, before: dict[str, Any] | None) -> dict[str, Any]:
+    def _read(self, before: dict[str, Any] | None, keep_version: bool = True
+              ) -> dict[str, Any]:
         try:
             from ray import serve
             from ray.serve.exceptions import RayServeException
@@ -153,26 +219,51 @@ class _Whoami:
         running = app_details.get("status") == "RUNNING"
         if ident is not None:
             attrs["service.name"] = ident.service
-            # A replica started for this release keeps it while the app still deploys.
-            keep = before is not None and not running and before.get("service.version")
+            # A replica started for this release keeps it while the app still deploys (its
+            # successors serve the next one); one reconfigured in place runs the new one.
+            keep = keep_version and before is not None and not running \
+                and before.get("service.version")
             attrs["service.version"] = keep or ident.version
         self._settled = running and ident is not None
         return attrs
 
 
+class ReleaseStamp(SpanProcessor):
+    """Stamps each span, as it starts, with its replica's release epoch (``_Whoami.epoch``):
+    a request that began before an in-place release is the old release's, one that began
+    after is the new one's, whenever their batch is exported."""
+
+    def __init__(self, whoami: _Whoami) -> None:
+        self._whoami = whoami
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        try:
+            epoch = self._whoami.epoch()
+            if epoch is not None:
+                span.set_attribute(_EPOCH, epoch)
+        except Exception:  # the hot path never raises into Serve
+            log.debug("aiops tracing: cannot stamp a span's release", exc_info=True)
+
+
 class ServeSpanExporter(SpanExporter):
     """Serve's spans, renamed to the Serve entity that made them, to the wrapped exporter."""
 
-    def __init__(self, inner: SpanExporter) -> None:
+    def __init__(self, inner: SpanExporter, whoami: _Whoami | None = None) -> None:
         self._inner = inner
-        self._whoami = _Whoami()
+        self.whoami = whoami or _Whoami()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
-            attrs = self._whoami.attributes()
-            # One process, one resource: merged once per batch, not once per span.
-            merged: dict[int, Resource] = {}
-            out = [_rewrite(s, attrs, merged) for s in spans]
+            identity: dict[int | None, dict[str, Any]] = {}
+            # One resource per process and release: merged once per batch, not once per span.
+            merged: dict[tuple[int, int | None], Resource] = {}
+            out = []
+            for span in spans:
+                raw = (span.attributes or {}).get(_EPOCH)
+                epoch = raw if isinstance(raw, int) else None
+                if epoch not in identity:
+                    identity[epoch] = self.whoami.attributes(epoch)
+                out.append(_rewrite(span, identity[epoch], merged, epoch))
         except Exception:
             log.exception("aiops tracing: cannot rewrite %d spans; sent as Serve made them",
                           len(spans))
@@ -209,14 +300,25 @@ def _serves(span: ReadableSpan) -> bool:
 
 
 def _rewrite(span: ReadableSpan, identity: dict[str, Any],
-             merged: dict[int, Resource] | None = None) -> ReadableSpan:
+             merged: dict[tuple[int, int | None], Resource] | None = None,
+             epoch: int | None = None) -> ReadableSpan:
     cache = {} if merged is None else merged
-    key = id(span.resource)
+    key = (id(span.resource), epoch)
     resource = cache.get(key)
     if resource is None:
         resource = cache[key] = span.resource.merge(Resource(identity)) if span.resource \
             else Resource(identity)
     attrs = dict(span.attributes or {})
+    attrs.pop(_EPOCH, None)
+    name = span.name
+    if name.startswith(_PROXY_HTTP + " "):
+        # Serve names a proxy span "<kind> <ingress deployment> <method> <raw path>": one name
+        # per URL. Named by route (the application's ingress and the method) instead, the
+        # path kept as ``url.path``: a route's requests are one operation to judge.
+        parts = name.split(" ", 3)
+        if len(parts) == 4:
+            name = " ".join(parts[:3])
+            attrs.setdefault("url.path", parts[3])
     status = span.status
     why = _failed(span)
     if why is not None and status.status_code is StatusCode.UNSET:
@@ -234,7 +336,7 @@ def _rewrite(span: ReadableSpan, identity: dict[str, Any],
         # traces itself) is a step inside it, or each request would count twice.
         kind = SpanKind.INTERNAL
     return ReadableSpan(
-        name=span.name, context=span.context, parent=span.parent, resource=resource,
+        name=name, context=span.context, parent=span.parent, resource=resource,
         attributes=attrs, events=span.events, links=span.links, kind=kind, status=status,
         start_time=span.start_time, end_time=span.end_time,
         instrumentation_scope=span.instrumentation_scope)

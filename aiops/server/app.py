@@ -423,6 +423,7 @@ def _analyzer(settings: Settings, store: Store) -> Analyzer:
         interval_s=settings.analytics_interval_s,
         windows=tuple(parse_windows(settings.analytics_burn_windows)), traces=traces,
         resolve_after_s=settings.analytics_resolve_after_s,
+        recovered_after_s=settings.analytics_recovered_after_s,
         objectives=objectives_from_specs(settings.models_file),
         calls=load_service_map(settings.service_map_file) if settings.service_map_file
         else None, own_ports=(settings.server_port,))

@@ -32,7 +32,8 @@ def test_a_slow_canary_becomes_an_incident_attributed_to_it(store: Store) -> Non
 def test_it_resolves_once_the_sli_recovers(store: Store) -> None:
     traffic(store, T0 - 300 * NS, 280, 5, 50)
     traffic(store, T0 - 20 * NS, 20, 5, 500)
-    analyzer = Analyzer(store, AnalyzerConfig(resolve_after_s=30))
+    analyzer = Analyzer(store, AnalyzerConfig(resolve_after_s=30,
+                                              objectives=(Objective("echo", 100),)))
     assert analyzer.step(T0)
     traffic(store, T0, 60, 5, 50)  # healthy again
     analyzer.step(T0 + 30 * NS)

@@ -34,7 +34,7 @@ def _round(k: int) -> list[Finding]:
     """A third of the services stop firing each round (their incidents resolve), a third
     start again (new incidents), and each incident gains a finding every round."""
     return [Finding(f"d{(k + j) % 7}", Entity(s, "v1"), FaultClass.LATENCY, 1.0 + j, k * NS,
-                    (k + 1) * NS, f"slow {s}")
+                    (k + 1) * NS, f"slow {s}", change=f"{s}@v1 released")
             for j, s in enumerate(SERVICES) if (j + k) % 3]
 
 

@@ -20,7 +20,9 @@ NS = 1_000_000_000
 
 
 def finding(detector: str, entity: Entity, fault: FaultClass, score: float = 2.0) -> Finding:
-    return Finding(detector, entity, fault, score, 0, NS, f"{detector} on {entity}")
+    """A finding tied to a change (a page: test_incident_pages.py says what else is)."""
+    return Finding(detector, entity, fault, score, 0, NS, f"{detector} on {entity}",
+                   change=f"{entity} released")
 
 
 def test_findings_about_one_service_make_one_incident() -> None:

@@ -22,7 +22,7 @@ SHOP = parse_service_map({"calls": {"frontend": ["checkout", "cart"],
 
 def _finding(service: str, score: float) -> Finding:
     return Finding("trace_latency", Entity(service, "1"), FaultClass.LATENCY, score, 0, 1,
-                   f"{service} is slow", [])
+                   f"{service} is slow", [], change=f"{service}@1 released")
 
 
 def test_callees_are_reached_through_calls() -> None:

@@ -7,6 +7,7 @@ so."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -14,7 +15,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from aiops.attach.serve_tracing import PROXY_SERVICE, ServeSpanExporter, _rewrite, span_processors
+from aiops.attach.serve_tracing import (
+    PROXY_SERVICE,
+    ReleaseStamp,
+    ServeSpanExporter,
+    _rewrite,
+    _Whoami,
+    span_processors,
+)
 from aiops.identity import REPLICA
 
 
@@ -77,12 +85,13 @@ def test_without_an_endpoint_nothing_is_exported_and_it_says_so(
         assert span_processors() == []
     assert "no OTEL_EXPORTER_OTLP_ENDPOINT" in caplog.text
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
-    (processor,) = span_processors()
+    (stamp, processor) = span_processors()
+    assert isinstance(stamp, ReleaseStamp)
     processor.shutdown()
     # Odd settings in the team's config never fail the replica Serve is starting.
     for delay in ("0.5", "0", "-3", "soon"):
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", delay)
-        (processor,) = span_processors()
+        (_, processor) = span_processors()
         processor.shutdown()
 
 
@@ -101,3 +110,93 @@ def test_in_a_replica_a_frameworks_own_server_span_is_a_step_not_a_second_reques
     kinds = {s.name: _rewrite(s, replica).kind for s in made.get_finished_spans()}
     assert kinds == {"replica_handle_request Shop __call__": SpanKind.SERVER,
                      "POST /shop/score": SpanKind.INTERNAL}
+
+
+class _Releases(_Whoami):
+    """The exporter's identity with the controller's answer given: the release of each
+    Scorer config (what the Serve controller reports for the app's deployed config)."""
+
+    def __init__(self, releases: dict[float, str]) -> None:
+        super().__init__(context=lambda: context_box[0])
+        self.releases = releases
+        self.reads = 0
+
+    def _read(self, before: dict[str, Any] | None, keep_version: bool = True
+              ) -> dict[str, Any]:
+        self.reads += 1
+        ctx = context_box[0]
+        rate = ctx._deployment_config.user_config["error_rate"]
+        return {"service.name": "shop.Scorer", "service.version": self.releases[rate]}
+
+
+context_box: list[Any] = [None]
+
+
+def _replica_context(error_rate: float) -> Any:
+    """Serve's own replica context, as Serve makes a new one at start and at every
+    reconfigure (ray/serve/_private/replica.py ``_set_internal_replica_context``)."""
+    from ray.serve._private.common import DeploymentID, ReplicaID
+    from ray.serve._private.config import DeploymentConfig
+    from ray.serve.context import ReplicaContext
+
+    replica = ReplicaID("r1", DeploymentID("Scorer", "shop"))
+    return ReplicaContext(replica_id=replica, servable_object=None,  # type: ignore[arg-type]
+                          _deployment_config=DeploymentConfig(
+                              user_config={"error_rate": error_rate}),
+                          rank=None, world_size=1)  # type: ignore[arg-type]
+
+
+def test_an_in_place_user_config_release_names_spans_started_after_it_at_once() -> None:
+    context_box[0] = _replica_context(0.0)
+    whoami = _Releases({0.0: "cfg-good", 0.3: "cfg-bad"})
+    sent = InMemorySpanExporter()
+    provider = TracerProvider()
+    exporter = ServeSpanExporter(sent, whoami)
+    provider.add_span_processor(ReleaseStamp(whoami))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("ray.serve._private.tracing_utils")
+
+    with tracer.start_as_current_span("replica_handle_request Scorer __call__",
+                                      kind=SpanKind.SERVER):
+        pass
+    # One request in flight across the release: it started under the good release.
+    spanning = tracer.start_span("replica_handle_request Scorer __call__", kind=SpanKind.SERVER)
+    context_box[0] = _replica_context(0.3)  # `serve deploy` with a new user_config
+    with tracer.start_as_current_span("replica_handle_request Scorer __call__",
+                                      kind=SpanKind.SERVER):
+        pass
+    spanning.end()
+    # Rolled back in place: the good release again, at once.
+    context_box[0] = _replica_context(0.0)
+    with tracer.start_as_current_span("replica_handle_request Scorer __call__",
+                                      kind=SpanKind.SERVER):
+        pass
+    # Serve reconfigures for other reasons too (a rank, a scale): the same release.
+    context_box[0] = _replica_context(0.0)
+    with tracer.start_as_current_span("replica_handle_request Scorer __call__",
+                                      kind=SpanKind.SERVER):
+        pass
+    provider.shutdown()
+    versions = [s.resource.attributes["service.version"] for s in sent.get_finished_spans()]
+    assert versions == ["cfg-good", "cfg-bad", "cfg-good", "cfg-good", "cfg-good"]
+    # The stamp never leaves the process.
+    assert all("aiops.serve.release_epoch" not in (s.attributes or {})
+               for s in sent.get_finished_spans())
+
+
+def test_proxy_spans_are_named_by_route_not_by_url() -> None:
+    made = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(made))
+    tracer = provider.get_tracer("ray.serve._private.tracing_utils")
+    for path in ("/shop/score", "/shop/score?id=17", "/shop/items/4711"):
+        with tracer.start_as_current_span(f"proxy_http_request Shop POST {path}",
+                                          kind=SpanKind.SERVER):
+            pass
+    provider.shutdown()
+    sent = InMemorySpanExporter()
+    ServeSpanExporter(sent).export(made.get_finished_spans())
+    spans = sent.get_finished_spans()
+    assert {s.name for s in spans} == {"proxy_http_request Shop POST"}
+    assert [s.attributes["url.path"] for s in spans] == ["/shop/score", "/shop/score?id=17",
+                                                         "/shop/items/4711"]

@@ -55,7 +55,7 @@ def _tracked(store: Store) -> tuple[IncidentTracker, Releases]:
 
 def _errors(service: str, at: int) -> Finding:
     return Finding("trace_errors", Entity(service, "2"), FaultClass.ERRORS, 3.0, at - 10 * NS,
-                   at, f"errors on {service}")
+                   at, f"errors on {service}", change=f"{service}@2 first served, after 1")
 
 
 def test_the_callee_that_fires_after_its_caller_is_the_one_rolled_back(store: Store) -> None:

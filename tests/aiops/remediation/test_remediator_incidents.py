@@ -81,7 +81,8 @@ def writers(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, st
 
 def _slow(now_ns: int) -> Finding:
     return Finding("trace_latency", Entity("echo", "v1"), FaultClass.LATENCY, 3.0,
-                   now_ns - 10 * NS, now_ns, "p95 8x its baseline")
+                   now_ns - 10 * NS, now_ns, "p95 8x its baseline",
+                   change="echo@v1 first served 40 s ago, after v0")
 
 
 def _statuses(store: Store) -> list[str]:
