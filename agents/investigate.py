@@ -21,6 +21,7 @@ from agents.tools import Toolbox, ToolResult, ToolStatus
 __all__ = ["EvidenceItem", "Facts", "Findings", "Investigation", "investigate"]
 
 INGRESS = "ingress"
+ALSO_MAX = 8  # other incidents an investigation of a model or an app lists
 
 
 class EvidenceItem(BaseModel):
@@ -110,11 +111,28 @@ def investigate(box: Toolbox, intent: Intent) -> Investigation:
             inv.facts.recurrences = len(episode)
             for i in episode[:-1]:
                 inv.add("incident", i["incident_id"], f"earlier, same fault: {i['summary']}")
+        if intent.kind is IntentKind.INVESTIGATE and intent.model is not None:
+            # "What happened to shop?": every incident of it (its deployments' too), not
+            # only the episode the answer leads with, each with what was done about it.
+            mine = {i["incident_id"] for i in episode}
+            for i in [i for i in inv.incidents if i["incident_id"] not in mine][:ALSO_MAX]:
+                _also(inv, box, i)
     if intent.model or inv.facts:
         _component(inv, box, inv.facts.component if inv.facts else str(intent.model))
     if intent.kind is IntentKind.PROPOSE_ACTION:
         _propose(inv, box)
     return inv
+
+
+def _also(inv: Investigation, box: Toolbox, i: dict[str, Any]) -> None:
+    version = f"@{i['model_version']}" if i["model_version"] else ""
+    inv.add("incident", i["incident_id"], f"also {i['status']}, opened {i['opened']}: "
+            f"{i['fault_class'] or 'anomalies'} on {i['service']}{version}: {i['summary']}")
+    described = _call(inv, box, "describe_incident", incident_id=i["incident_id"])
+    for a in described.data["actions"] if described.ok else []:
+        inv.actions.append(a)
+        inv.add("action", a["action_id"], f"{a['kind']} {a['target']}: {a['status']} "
+                f"(policy mode {a['mode']}, for {i['incident_id']})")
 
 
 def _episode(incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:

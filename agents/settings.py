@@ -4,6 +4,7 @@ the store's limits or the collectors' intervals)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -12,6 +13,8 @@ from agents.slack_replay import SEEN_FILE
 from aiops.config import Settings
 
 __all__ = ["AgentSettings", "SlackSettings"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,16 @@ class AgentSettings:
         # Without a key of its own the agent uses the serving side's first API key.
         key = s.agent_llm_api_key or next(
             (k.strip() for k in s.api_keys.split(",") if k.strip()), "none")
-        return cls(mode=s.agent_mode, llm_base=s.agent_llm_base, llm_model=s.agent_llm_model,
+        base = s.agent_llm_base
+        if base is None and s.agent_llm_url.strip().lower() != "none":
+            # Attach-only: serve_url is not aiops' stack (at best the team's own app), and
+            # incident data goes to no endpoint that was not named as an LLM.
+            why = "embedded_stack = off" if s.embedded_stack == "off" \
+                else "attach targets are configured or added"
+            log.warning("the agent has no LLM: this server only attaches (%s), so %s is not "
+                        "the agent's model, and AIOPS_AGENT_LLM_URL names none; answers carry "
+                        "the template's narrative", why, s.serve_url)
+        return cls(mode=s.agent_mode, llm_base=base, llm_model=s.agent_llm_model,
                    llm_api_key=key, timeout_s=s.agent_timeout_s,
                    when_busy=s.agent_llm_when_busy, priority=s.agent_llm_priority,
                    max_concurrent=s.agent_max_concurrent, sql_rows=s.agent_sql_rows,

@@ -25,6 +25,7 @@ from aiops.analytics.findings import NOT_WARMUP
 from aiops.analytics.slo import Objective
 from aiops.capacity import Capacity
 from aiops.errors import AIOpsError
+from aiops.identity import APP
 from aiops.remediation.actions import Action, ActionKind, new_action
 from aiops.store import QueryResult, Store
 
@@ -163,7 +164,9 @@ class Toolbox:
     def list_incidents(self, minutes: float = 60, model: str | None = None,
                        status: str | None = None) -> Any:
         """Incidents active at any time in the last ``minutes`` (newest first): id, status,
-        severity, service (model), version, fault class, opened/closed, summary."""
+        severity, service (model), version, fault class, opened/closed, summary. ``model``
+        may name a Serve application: its deployments' incidents are its own (``shop``
+        covers ``shop.Scorer``)."""
         params = {"minutes": minutes, "model": model, "status": status}
         if not 0 < minutes <= 7 * 24 * 60:
             return self._fail("list_incidents", params, "minutes must be in (0, 10080]")
@@ -176,16 +179,29 @@ class Toolbox:
                    CAST(json_extract(evidence, '$.onset_ns') AS BIGINT) AS onset_ns
             FROM incidents_current
             WHERE epoch_ns(opened_at) <= ? AND (closed_at IS NULL OR epoch_ns(closed_at) >= ?)
-              AND (? IS NULL OR service = ?) AND (? IS NULL OR status = ?)
+              AND (?::VARCHAR[] IS NULL OR list_contains(?::VARCHAR[], service))
+              AND (? IS NULL OR status = ?)
             ORDER BY (severity = 'page') DESC, opened_at DESC"""
         try:
-            rows = self._rows(sql, [now, start, model, model, status, status])
+            services = None if model is None else self._app_services(model, start)
+            rows = self._rows(sql, [now, start, services, services, status, status])
         except AIOpsError as exc:
             return self._fail("list_incidents", params, str(exc))
         for r in rows:
             r["opened"], r["closed"] = _iso(r.pop("opened_ns")), _iso(r.pop("closed_ns"))
             r["onset"] = _iso(r.pop("onset_ns"))
         return rows
+
+    def _app_services(self, name: str, since_ns: int) -> list[str]:
+        """``name`` and, where it names a Serve application, its deployments' services: the
+        services whose spans say they are that application's (``ray.serve.app``, however
+        they are named), and those named ``<app>.<deployment>`` (aiops.identity's rule)."""
+        rows = self._rows(
+            f"""SELECT DISTINCT service_name FROM spans
+                WHERE (resource_attributes->>'{APP}') = ? AND end_time > make_timestamp_ns(?)
+                UNION SELECT DISTINCT service FROM incidents_current
+                WHERE starts_with(service, ? || '.')""", [name, since_ns, name], 200)
+        return sorted({name, *(str(r["service_name"]) for r in rows if r["service_name"])})
 
     def describe_incident(self, incident_id: str) -> Any:
         """One incident's state with its ranked root causes and context (no raw findings)."""

@@ -9,6 +9,7 @@ that it is current.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +36,8 @@ __all__ = ["CONFIG_FILE_ENV", "ENV_PREFIX", "AttachTarget", "Settings", "load_se
 
 ENV_PREFIX = "AIOPS_"
 CONFIG_FILE_ENV = "AIOPS_CONFIG"
+# Targets `aiops attach add` keeps, in the data directory (read and written by aiops.attach).
+ATTACH_FILE = "attach.json"
 
 
 class AttachTarget(BaseModel):
@@ -307,8 +310,10 @@ class Settings(BaseSettings):
         "narrative (right for the embedded SmolLM2); `tools`: llama-index's function-calling "
         "agent drives the tools (needs a model that calls tools, e.g. vLLM on a GPU).")
     agent_llm_url: str = Field(
-        "", description="OpenAI-compatible base URL of the agent's LLM. Empty: the stack's own "
-        "Serve endpoint (`<serve_url>/v1`); `none`: no LLM (template narratives).")
+        "", description="OpenAI-compatible base URL of the agent's LLM. Empty: the embedded "
+        "stack's own Serve endpoint (`<serve_url>/v1`) where this server expects that stack "
+        "(`embedded_stack`), else no LLM: on an attach-only server `serve_url` is the attached "
+        "team's app, not an LLM; `none`: no LLM (template narratives).")
     agent_llm_model: str = Field("aiops-agent", description="Model name sent to the agent's "
                                  "LLM endpoint. The default stack serves `aiops-agent` (the "
                                  "chat model's weights on a replica of its own, so agent calls "
@@ -361,11 +366,41 @@ class Settings(BaseSettings):
         "targets are configured or added.")
 
     @property
+    def embedded_expected(self) -> bool:
+        """Whether the Serve stack of ``aiops up`` is expected beside this server, as it starts:
+        ``embedded_stack`` when on or off; ``auto``: yes unless it watches attached serving,
+        configured (``attach``) or added with `aiops attach add` (``<data_dir>/attach.json``
+        holding any target; a file that cannot be read means attach-only was meant). The
+        server re-asks the same of ``aiops.server.app._embedded`` while it runs."""
+        if self.embedded_stack != "auto":
+            return self.embedded_stack == "on"
+        if self.attach:
+            return False
+        try:
+            raw = (self.data_dir / ATTACH_FILE).read_bytes()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        try:
+            return bool(json.loads(raw) == [])  # `aiops attach remove` of the last one
+        except ValueError:
+            return False
+
+    @property
     def agent_llm_base(self) -> str | None:
-        """The agent's LLM base URL, or None for no LLM."""
-        if self.agent_llm_url.strip().lower() == "none":
+        """The agent's LLM base URL, or None for no LLM (template narratives).
+
+        Only a configured LLM is ever called: ``agent_llm_url`` when set, else the embedded
+        stack's own Serve endpoint, which serves the agent's model, and that only where the
+        stack is expected. On an attach-only server ``serve_url`` is nobody's LLM (at best
+        the attached team's own app, which must not receive incident data): no LLM."""
+        url = self.agent_llm_url.strip()
+        if url.lower() == "none":
             return None
-        return self.agent_llm_url or f"{self.serve_url}/v1"
+        if url:
+            return self.agent_llm_url
+        return f"{self.serve_url}/v1" if self.embedded_expected else None
 
     @property
     def db_path(self) -> Path:

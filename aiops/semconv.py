@@ -27,10 +27,11 @@ from collections.abc import Callable
 from aiops.identity import REPLICA as REPLICA_ATTR
 
 __all__ = ["DECODED_MARK", "FAILED", "FAILED_SQL", "HTTP_STATUS", "HTTP_STATUS_ATTR",
-           "HTTP_STATUS_SQL", "MODEL", "MODEL_ATTR", "MODEL_SQL", "MODEL_VERSION_ATTR",
-           "OLD_HTTP_STATUS_ATTR", "PRIORITY_ATTR", "REPLICA", "REPLICA_ATTR", "REPLICA_SQL",
-           "ROUTED_VERSION_SQL", "SERVICE_VERSION_ATTR", "VERSION", "VERSION_SQL",
-           "WARMUP_ATTR", "derivations", "failed", "http_status", "ingest_select"]
+           "HTTP_STATUS_SQL", "IN_FLIGHT_AGE_METRIC", "IN_FLIGHT_RANK_ATTR", "MODEL",
+           "MODEL_ATTR", "MODEL_SQL", "MODEL_VERSION_ATTR", "OLD_HTTP_STATUS_ATTR",
+           "OPERATION_ATTR", "PRIORITY_ATTR", "REPLICA", "REPLICA_ATTR", "REPLICA_SQL",
+           "ROUTED_VERSION_SQL", "SERVICE_VERSION_ATTR", "VERSION", "VERSION_SQL", "WARMUP_ATTR",
+           "derivations", "failed", "http_status", "ingest_select"]
 
 # Attribute names (span attributes unless said).
 MODEL_ATTR = "gen_ai.request.model"
@@ -41,6 +42,12 @@ OLD_HTTP_STATUS_ATTR = "http.status_code"
 WARMUP_ATTR = "aiops.warmup"  # a replica's warm-up inference: served no user
 # The request's priority class at the ingress (realtime, batch): on its span and metrics.
 PRIORITY_ATTR = "aiops.priority"
+
+# Requests still being served: a replica's gauge of the ages (seconds) of its oldest open
+# requests per operation (``gen_ai.operation.name``), one series per rank (serve.inflight).
+IN_FLIGHT_AGE_METRIC = "aiops.serve.in_flight.age"
+IN_FLIGHT_RANK_ATTR = "aiops.in_flight.rank"
+OPERATION_ATTR = "gen_ai.operation.name"
 
 # The typed columns of ``spans`` that carry these meanings (``aiops.schema.SPANS``).
 MODEL = "model"

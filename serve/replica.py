@@ -40,6 +40,7 @@ from serve.faults import FaultInjector
 from serve.gates import Trust, sample_image
 from serve.hardware import fingerprint
 from serve.hooks import ReplicaLedger, WarmupFailed, retire, warm_up
+from serve.inflight import AGE_METRIC, RANK_ATTR, InFlight
 from serve.keys import KeyUnavailable, key_provider_from_env
 from serve.lanes import Lanes
 from serve.packages import (
@@ -111,6 +112,11 @@ class ModelReplica:
         self.cache_gauge = meter.create_gauge(
             "aiops.model.kv_cache.usage", unit="1",
             description="Share of the backend's KV cache / context in use after a request")
+        self.in_flight = InFlight()
+        meter.create_observable_gauge(
+            AGE_METRIC, callbacks=[self._observe_in_flight], unit="s",
+            description="Age of the oldest requests still being served, per operation "
+                        "(one series per rank, the oldest first)")
         if spec.resources.cpu_class == "idle":
             # Before the backend starts its threads, so they inherit the class too.
             use_idle_cpu()
@@ -192,6 +198,10 @@ class ModelReplica:
 
         return observe
 
+    def _observe_in_flight(self, _: CallbackOptions) -> Iterator[Observation]:
+        for op, rank, age in self.in_flight.oldest():
+            yield Observation(age, {**self.labels, attrs.GEN_AI_OPERATION: op, RANK_ATTR: rank})
+
     def _span(self, operation: str, carrier: Mapping[str, str], inference_id: str,
               extra: Mapping[str, Any] | None = None) -> Span:
         return self.telemetry.tracer.start_span(
@@ -252,7 +262,7 @@ class ModelReplica:
     async def _run(self, operation: str, carrier: Mapping[str, str], inference_id: str,
                    input_hash: str, priority: str, fn: Any, *args: Any) -> Generation:
         span = self._span(operation, carrier, inference_id)
-        with use_span(span, end_on_exit=True):
+        with use_span(span, end_on_exit=True), self.in_flight.track(operation):
             started = time.perf_counter()
             try:
                 await self.faults.before_request()
@@ -285,7 +295,7 @@ class ModelReplica:
         started = time.perf_counter()
         first: float | None = None
         try:
-            with use_span(span, end_on_exit=True):
+            with use_span(span, end_on_exit=True), self.in_flight.track(op):
                 try:
                     await self.faults.before_request()
                     while True:
@@ -322,7 +332,7 @@ class ModelReplica:
                     inference_id: str, priority: str = "realtime") -> dict[str, Any]:
         backend: EmbeddingBackend = self.backend  # type: ignore[assignment]
         span = self._span("embeddings", carrier, inference_id)
-        with use_span(span, end_on_exit=True):
+        with use_span(span, end_on_exit=True), self.in_flight.track("embeddings"):
             started = time.perf_counter()
             try:
                 await self.faults.before_request()

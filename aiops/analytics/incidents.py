@@ -211,7 +211,10 @@ def rank_causes(findings: list[Finding], calls: ServiceMap | None = None,
     for entity, fs in by_version.items():
         score = max(f.score for f in fs)
         if entity.service in FRONTS and callees:
-            score *= CALLER_DISCOUNT
+            # A front (the clients' view) is a symptom of whatever fires behind it: it ranks
+            # below the strongest of them, however loud its own tail.
+            score = min(score * CALLER_DISCOUNT, 0.99 * max(
+                best[e.service] for e in by_version if e.service not in FRONTS))
             if explained:
                 # The caller's symptoms are explained by its callee's cause: it ranks below.
                 score = min(score, 0.99 * explained)

@@ -14,6 +14,11 @@ reference). Two tests per signal, either may fire:
   requests are both far slower than anything its stable version served is found on those two,
   while one slow request, or two among many, is not an anomaly.
 
+Requests still open count too (``serve.inflight``: a replica reports the ages of its oldest
+open requests at every metric export): each is a span at least as slow as it is old, so a
+canary whose requests take 5 s more is found while they run, not 5 s later. A report of a
+request whose span has arrived since is not counted twice.
+
 Where the model has an SLO, its latency threshold is a floor for both tests: slower than the
 baseline is a finding only when it is also slower than what the model's users were promised.
 Except where another version of the model, in the same window, serves at its usual speed:
@@ -75,6 +80,10 @@ class TraceThresholds:
     tail_alpha: float = 1e-3
     # The model's SLO latency as a floor for both tests (where it has an SLO; see below).
     slo_floor: bool = True
+    # Open requests: reports this recent count (replicas report every export interval, 1 s by
+    # default); one whose estimated start is this close to a span's start is that span.
+    in_flight_fresh_s: float = 2.5
+    in_flight_same_s: float = 0.25
     # A version first served this long after the lookback began, with another version of
     # its service served before it, is a change (a release, a canary): its findings are
     # tied to that change. The margin keeps a lookback that merely begins with the traffic
@@ -112,6 +121,24 @@ SELECT service, name, version, model, current,
 FROM s GROUP BY ALL
 """
 
+
+# Requests still open: each rank's latest report, as (group, age, when reported).
+_IN_FLIGHT = f"""
+WITH p AS (
+  SELECT service_name AS service,
+         (attributes->>'{semconv.OPERATION_ATTR}') || ' '
+             || (attributes->>'{semconv.MODEL_ATTR}') AS name,
+         (attributes->>'{semconv.MODEL_VERSION_ATTR}') AS version,
+         (attributes->>'{semconv.MODEL_ATTR}') AS model,
+         (attributes->>'{semconv.IN_FLIGHT_RANK_ATTR}') AS rank, value, time
+  FROM metric_points
+  WHERE name = '{semconv.IN_FLIGHT_AGE_METRIC}' AND service_name IS NOT NULL
+    AND time > make_timestamp_ns(?) AND time <= make_timestamp_ns(?)
+)
+SELECT service, name, version, model, arg_max(value, time) AS age_s,
+       max(epoch_ns(time)) AS at_ns
+FROM p GROUP BY service, name, version, model, rank
+"""
 
 # (service, span name, version, model served)
 _Key = tuple[str, str, str | None, str | None]
@@ -176,6 +203,7 @@ def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None,
                        int(n_failed or 0), tuple(int(e) for e in ends or ()),
                        None if last_failed_ns is None else int(last_failed_ns))
         (current if is_current else history)[(service, name, version, model)] = group
+    _add_in_flight(store, now_ns, t, current, first)
     changes = _changes(first, now_ns - int(t.baseline_s * NS) + int(t.change_margin_s * NS),
                        now_ns)
     found: list[Finding] = []
@@ -207,6 +235,39 @@ def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None,
         change = changes.get((service, version))
         found += [replace(f, change=change) for f in mine] if change else mine
     return found
+
+
+def _add_in_flight(store: Store, now_ns: int, t: TraceThresholds,
+                   current: dict[_Key, _Stats], first: dict[tuple[str, str | None], int]
+                   ) -> None:
+    """Requests still open, as spans of their age that end now, into ``current`` (and the
+    version's first request into ``first``)."""
+    rows = store.query(_IN_FLIGHT, [now_ns - int(t.in_flight_fresh_s * NS), now_ns]).rows
+    open_: dict[_Key, list[float]] = {}
+    for service, name, version, model, age_s, at_ns in rows:
+        if name is None or age_s is None:
+            continue
+        key = (service, name, version, model)
+        started = int(at_ns) - int(float(age_s) * NS)
+        cur = current.get(key)
+        if cur is not None and any(
+                abs((e - d) - started) < t.in_flight_same_s * NS
+                for d, e in zip(cur.durations, cur.ends, strict=False)):
+            continue  # it has ended since: its span is counted
+        open_.setdefault(key, []).append((now_ns - started) / 1.0)
+        first[(service, version)] = min(started, first.get((service, version), 1 << 62))
+    for key, ages in open_.items():
+        cur = current.get(key)
+        pairs = sorted([*zip(cur.durations, cur.ends, strict=False)] if cur else [], reverse=True)
+        pairs = sorted([*pairs, *((a, now_ns) for a in ages)], reverse=True)
+        durations = tuple(d for d, _ in pairs)
+        if cur is None:
+            mid = sorted(durations)[len(durations) // 2]
+            current[key] = _Stats(len(durations), mid, 0.0, 0.0, "", "", durations[0],
+                                  durations, 0, tuple(e for _, e in pairs))
+        else:
+            current[key] = replace(cur, n=cur.n + len(ages), durations=durations,
+                                   ends=tuple(e for _, e in pairs))
 
 
 def _changes(first: dict[tuple[str, str | None], int], new_after_ns: int, now_ns: int
@@ -279,12 +340,15 @@ def _latency(entity: Entity, name: str, about: str | None, cur: _Stats, base: _S
         "trace_latency", entity, FaultClass.LATENCY, score, start_ns, now_ns,
         f"{entity} '{name}': {how} vs a median of {base.med / 1e6:.0f} ms normally "
         f"({cur.med / base.med:.1f}x)",
-        [entity.evidence(EvidenceKind.TRACE, cur.slowest, FaultClass.LATENCY,
-                         f"slowest '{name}' now", cur.med / 1e6, base.med / 1e6, z),
-         entity.evidence(EvidenceKind.TRACE, base.slowest, FaultClass.LATENCY,
-                         f"slowest '{name}' in the baseline"),
-         entity.evidence(EvidenceKind.METRIC, f"span.duration.median{{{name}}}",
-                         FaultClass.LATENCY, "median_ms", cur.med / 1e6, base.med / 1e6, z)],
+        [e for e in (
+            # (no trace yet where the slow requests are all still open)
+            entity.evidence(EvidenceKind.TRACE, cur.slowest, FaultClass.LATENCY,
+                            f"slowest '{name}' now", cur.med / 1e6, base.med / 1e6, z),
+            entity.evidence(EvidenceKind.TRACE, base.slowest, FaultClass.LATENCY,
+                            f"slowest '{name}' in the baseline"),
+            entity.evidence(EvidenceKind.METRIC, f"span.duration.median{{{name}}}",
+                            FaultClass.LATENCY, "median_ms", cur.med / 1e6, base.med / 1e6, z))
+         if e.id],
         about, last_ns=last_ns)]
 
 

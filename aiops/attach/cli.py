@@ -12,9 +12,11 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from rich import box
+from rich.markup import escape
 from rich.table import Table
 
-from aiops.attach.ray_serve import RayServe
+from aiops.attach.ray_serve import RayServe, ServeApp
 from aiops.attach.watch import load_managed, save_managed, targets_of, vllm_models
 from aiops.cli_common import console, fail, settings_of
 from aiops.config import AttachTarget
@@ -26,26 +28,44 @@ app = typer.Typer(help="Observe and act on serving aiops did not start: a Ray cl
                   "Serve applications) or a vLLM server.", no_args_is_help=True)
 
 
+def _deployments(serve_app: ServeApp) -> Table:
+    """One application's deployments, each with its status and running replicas under its
+    name. Service and version are what incidents, the policy and chat-ops name, to be copied
+    whole: they never wrap nor shorten (the deployment's column folds first)."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                  collapse_padding=True, header_style="bold")
+    table.add_column("deployment", overflow="fold")
+    table.add_column("service", no_wrap=True)
+    table.add_column("version", no_wrap=True)
+    for d in serve_app.deployments:
+        running = f"{len(d.replicas)} replica{'' if len(d.replicas) == 1 else 's'}"
+        table.add_row(f"{escape(d.name)}\n[dim]{escape(d.status)}, {running}[/]",
+                      escape(serve_app.service_of(d.name)),
+                      escape(serve_app.version_of(d.name)))
+    if not serve_app.deployments:
+        table.add_row("[dim]none[/]", escape(serve_app.service),
+                      escape(serve_app.version))
+    return table
+
+
 def _check(target: AttachTarget) -> None:
-    """Read the target now and print what aiops sees there."""
+    """Read the target now and print what aiops sees there: one block per application (its
+    name and status), then its deployments."""
     if target.kind == "ray":
         with RayServe(target) as rest:
             apps = rest.applications()
-        table = Table("application", "deployment", "service", "version", "status",
-                      "replicas", title=f"{target.name}: Serve applications")
+        console.print(f"[bold]{escape(target.name)}[/]: Serve applications"
+                      + ("" if apps else ": none"))
         for a in apps:
-            for d in a.deployments or ():
-                table.add_row(a.name, d.name, a.service_of(d.name), a.version_of(d.name),
-                              f"{a.status} / {d.status}", str(len(d.replicas)))
-            if not a.deployments:
-                table.add_row(a.name, "-", a.service, a.version, a.status, "0")
-        console.print(table)
+            console.print(f"\napplication [bold]{escape(a.name)}[/] {escape(a.status)}")
+            console.print(_deployments(a))
         imperative = [a.name for a in apps if a.config is None]
         if imperative:
-            console.print(f"[yellow]note:[/] {', '.join(imperative)} deployed with serve.run: "
-                          "observed, but aiops cannot re-apply their config")
+            console.print(f"[yellow]note:[/] {escape(', '.join(imperative))} deployed with "
+                          "serve.run: observed, but aiops cannot re-apply their config")
     else:
-        console.print(f"{target.name}: vLLM serving {', '.join(vllm_models(target)) or '-'}")
+        models = ", ".join(vllm_models(target)) or "-"
+        console.print(f"{escape(target.name)}: vLLM serving {escape(models)}")
 
 
 @app.command("add")

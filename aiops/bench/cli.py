@@ -193,28 +193,44 @@ def bench_mttr(runs: Annotated[int, typer.Option(help="Fault/recovery cycles.")]
 def bench_attach(
         runs: Annotated[int, typer.Option(min=0, max=20, help="Bad releases rolled back.")] = 3,
         soak_minutes: Annotated[float, typer.Option(
-            min=0, max=24 * 60, help="Healthy minutes after the runs (0: none).")] = 0) -> None:
-    """A composed Serve app aiops did not start (zero code in it): a bad release of one
-    deployment detected, rolled back through Serve's REST API and verified; then a soak."""
+            min=0, max=24 * 60, help="Healthy minutes after the runs (0: none).")] = 0,
+        noise: Annotated[bool, typer.Option(
+            help="A neighbour process taking 50-100% of a core in bursts throughout, and the "
+                 "proxies' spans exported too.")] = False) -> None:
+    """A composed Serve app aiops did not start (zero code in it): bad releases of one
+    deployment (in place through user_config, then new replicas through runtime_env)
+    detected, rolled back through Serve's REST API and verified, at the default settings;
+    then a soak with benign changes."""
+    _attach_report(runs, soak_minutes, noise)
+
+
+def _attach_report(runs: int, soak_minutes: float, noise: bool) -> None:
     from aiops.bench.attach import run_attach
 
     try:
-        r = run_attach(runs, soak_minutes, progress=console.log)
+        r = run_attach(runs, soak_minutes, noise=noise, progress=console.log)
     except AIOpsError as exc:
         raise _fail(exc) from exc
     except (RuntimeError, AssertionError) as exc:  # the cluster or a wait failed
         raise _fail(AIOpsError(f"attach bench: {exc}")) from exc
-    t = Table("run", "incident", "detected (s)", "clients healthy (s)",
+    console.print("settings (defaults): " + ", ".join(f"{k}={v:g}"
+                                                      for k, v in r.settings.items())
+                  + f"; noisy neighbour and proxy spans: {'on' if noise else 'off'}")
+    t = Table("run", "release", "incident", "detected (s)", "clients healthy (s)",
               "last failure -> verified (s)", "failed requests",
               title="attach: seconds from `serve deploy` of the bad release")
     for i, run in enumerate(r.runs, 1):
-        t.add_row(str(i), run.incident, f"{run.detected_s:.1f}", f"{run.healthy_s:.1f}",
-                  f"{run.verified_after_s:.1f}", str(run.failed_requests))
+        t.add_row(str(i), run.release, run.incident, f"{run.detected_s:.1f}",
+                  f"{run.healthy_s:.1f}", f"{run.verified_after_s:.1f}",
+                  str(run.failed_requests))
     console.print(t)
     if r.soak_minutes:
-        console.print(f"soak: {r.soak_minutes:g} min of the healthy release, "
-                      f"{r.soak_requests} requests ({r.soak_failed} failed): "
-                      f"{len(r.soak_incidents)} incident(s) opened")
+        console.print(f"soak: {r.soak_minutes:g} min of healthy releases, "
+                      f"{r.soak_requests} requests ({r.soak_failed} failed), "
+                      f"{len(r.soak_changes)} benign changes: {len(r.soak_incidents)} "
+                      f"incident(s) opened, {r.pages_per_week:.0f} pages per week")
+        for line in r.soak_changes:
+            console.print(f"  change at {line}")
         for line in r.soak_incidents:
             console.print(f"  {line}")
 
@@ -289,9 +305,21 @@ def bench_demo(scenario: Annotated[str, typer.Option(help="A scenario, or all.")
 @bench_app.command("soak")
 def bench_soak(minutes: Annotated[float, typer.Option(min=0.5, max=24 * 60,
                                                       help="Healthy minutes.")] = 30,
-               keep: KeepOption = DETECTION_DIR) -> None:
+               keep: KeepOption = DETECTION_DIR,
+               attach: Annotated[bool, typer.Option(
+                   help="A team's composed Serve app aiops attaches to (the attach bench's), "
+                        "three bad releases first, then the soak with benign changes: good "
+                        "releases, a scale up and down, traffic 0.5x-2x.")] = False,
+               noise: Annotated[bool, typer.Option(
+                   help="With --attach: a neighbour process taking 50-100% of a core in "
+                        "bursts throughout.")] = False) -> None:
     """The demo's stack and mixed traffic with no fault: incidents opened are false alarms
-    (goal: 0 in 30 minutes)."""
+    (goal: 0 in 30 minutes). With --attach, a team's app at the default settings: every
+    incident of the soak is a false page (goal 0), the three bad releases before it must
+    each be detected and rolled back."""
+    if attach:
+        _attach_report(3, minutes, noise)
+        return
     from aiops.bench.detection import soak
     from aiops.config import load_settings
 

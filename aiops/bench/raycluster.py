@@ -72,14 +72,16 @@ class RayCluster:
 
 
 @contextmanager
-def ray_cluster() -> Iterator[RayCluster]:
-    """The cluster for the duration of the block; every process it started is stopped."""
+def ray_cluster(start_env: dict[str, str] | None = None) -> Iterator[RayCluster]:
+    """The cluster for the duration of the block; every process it started is stopped.
+    ``start_env``: more of `ray start`'s environment (where Serve's proxies read their
+    tracing settings)."""
     temp = Path(tempfile.mkdtemp(prefix="rayatt-", dir="/tmp"))
     token_file = temp / "auth_token"
     token_file.write_text(secrets.token_hex(32))
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file),
            "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]),
-           "RAY_USAGE_STATS_ENABLED": "0"}
+           "RAY_USAGE_STATS_ENABLED": "0", **(start_env or {})}
     env.pop("RAY_ADDRESS", None)
     dash, metrics, serve_port = free_port(), free_port(), free_port()
     ports = {name: free_port() for name in (

@@ -144,3 +144,30 @@ class _Both:
     def decide(self, action_id: str, approve: bool, actor: str, now_ns: int
                ) -> dict[str, Any]:
         return self.r.decide_pending(action_id, approve, actor, now_ns)
+
+
+def test_an_apps_incidents_are_those_of_all_its_deployments(store: Store) -> None:
+    """`shop` is a Serve application: its ingress (service `shop`), `shop.Scorer` (aiops'
+    name for a deployment) and `recs` (a deployment with an OTEL_SERVICE_NAME of its own,
+    known from its spans' `ray.serve.app`) are all shop; `cart` is another app."""
+    from agents.intent import Intent, IntentKind
+    from agents.investigate import investigate
+    from aiops.analytics.findings import Entity, FaultClass, Finding
+    from aiops.analytics.incidents import IncidentTracker
+
+    recs = span(T0 - 300 * NS, 20, model="recs", version="cfg-1")
+    recs["resource_attributes"] = json.dumps({"ray.serve.app": "shop"})
+    add_spans(store, [recs])
+    tracker = IncidentTracker(store=store)
+    for k, service in enumerate(("shop.Scorer", "recs", "cart", "shop")):
+        at = T0 - (600 - 60 * k) * NS
+        tracker.update([Finding("trace_errors", Entity(service, "cfg-2"), FaultClass.ERRORS,
+                                3.0, at, at, f"errors on {service}",
+                                change=f"{service}@cfg-2 released")], at)
+    box = Toolbox(store, now=lambda: T0)
+    listed = box.call("list_incidents", minutes=20, model="shop")
+    assert listed.ok and sorted(i["service"] for i in listed.data) == [
+        "recs", "shop", "shop.Scorer"]
+    inv = investigate(box, Intent(kind=IntentKind.INVESTIGATE, model="shop", minutes=20))
+    cited = {e.id for e in inv.evidence if e.kind == "incident"}
+    assert cited == {i["incident_id"] for i in listed.data}

@@ -60,3 +60,35 @@ def test_every_setting_is_documented() -> None:
     for name, field in Settings.model_fields.items():
         assert field.description, f"setting {name} has no description"
         assert f"AIOPS_{name.upper()}" in doc
+
+
+_VLLM = '[{"kind": "vllm", "name": "v", "url": "http://127.0.0.1:1"}]'
+
+
+@pytest.mark.parametrize(("mode", "configured", "managed", "embedded"), [
+    ("auto", False, None, True),  # a plain server: the stack `aiops up` (or compose) runs
+    ("auto", True, None, False),  # attach targets in the config file
+    ("auto", False, _VLLM, False),  # added with `aiops attach add`
+    ("auto", False, "[]", True),  # the last one removed again
+    ("auto", False, "{not json", False),  # a broken file: attach-only was meant
+    ("on", True, None, True),  # what `aiops up` sets
+    ("off", False, None, False)])
+def test_the_agents_llm_defaults_to_the_stack_only_where_the_stack_is(
+        tmp_path: Path, mode: str, configured: bool, managed: str | None,
+        embedded: bool) -> None:
+    from aiops.config import AttachTarget
+    from aiops.server.app import _embedded
+
+    targets = (AttachTarget(kind="ray", name="r", url="http://127.0.0.1:1"),) if configured \
+        else ()
+    if managed is not None:
+        (tmp_path / "attach.json").write_text(managed)
+    s = load_settings(data_dir=tmp_path, embedded_stack=mode, attach=targets)
+    assert s.embedded_expected is embedded is _embedded(s)  # the server's own answer
+    # Unset, the stack's Serve endpoint where the stack is; elsewhere serve_url is the
+    # attached team's app, not an LLM: none.
+    assert s.agent_llm_base == (f"{s.serve_url}/v1" if embedded else None)
+    # An LLM that is named is the one used, whatever runs beside the server; `none` is none.
+    named = s.model_copy(update={"agent_llm_url": "http://llm.example:9000/v1"})
+    assert named.agent_llm_base == "http://llm.example:9000/v1"
+    assert s.model_copy(update={"agent_llm_url": " None "}).agent_llm_base is None

@@ -88,3 +88,14 @@ def test_a_mitigated_incident_resolves_once_its_bad_spans_stop_not_when_they_age
     [again] = tracker.update([finding("trace_errors", SCORER_V2, FaultClass.ERRORS, 16, bad,
                                       last_s=17)], 18 * NS)
     assert again.status is Status.OPEN and again.incident_id != inc.incident_id
+
+
+def test_a_loud_tail_on_the_proxy_never_outranks_the_deployment_that_fails() -> None:
+    tracker = IncidentTracker(resolve_after_s=30)
+    proxy = Finding("trace_latency", Entity(PROXY_SERVICE), FaultClass.LATENCY, 40.0, 0, NS,
+                    "7 of 137 spans slower than 125 ms")
+    scorer = finding("trace_errors", SCORER_V2, FaultClass.ERRORS, at_s=0,
+                     change="shop.Scorer@cfg-2 first served 5 s ago, after cfg-1")
+    [inc] = tracker.update([proxy, scorer], NS)
+    assert inc.service == "shop.Scorer" and inc.causes[0].entity == SCORER_V2
+    assert inc.row()["model_version"] == "cfg-2"

@@ -137,3 +137,37 @@ def test_a_few_ms_of_scheduling_jitter_on_a_short_operation_is_not_an_anomaly(
     rows = [span(T0 - 15 * NS + i * NS // 2, 16 + i % 5) for i in range(7)]
     add_spans(store, rows)
     assert [f for f in trace_findings(store, T0, T) if f.entity.service == "echo"] == []
+
+
+def _open(store: Store, at_ns: int, ages_s: list[float], version: str = "v2") -> None:
+    """A replica's report of its oldest open requests (serve.inflight), one point per rank."""
+    from tests.aiops.analytics.telemetry import add_points
+
+    add_points(store, [{"time": at_ns, "name": "aiops.serve.in_flight.age", "type": "gauge",
+                        "value": age, "service_name": "echo",
+                        "attributes": {"gen_ai.operation.name": "chat",
+                                       "gen_ai.request.model": "echo",
+                                       "aiops.model.version": version,
+                                       "aiops.in_flight.rank": rank}}
+                       for rank, age in enumerate(ages_s)])
+
+
+def test_a_canarys_requests_still_open_past_the_slow_level_are_found_before_they_end(
+        store: Store) -> None:
+    traffic(store, T0 - 300 * NS, 300, 5, 50, version="v1")
+    _open(store, T0 - NS, [1.5, 1.2])  # two v2 requests open 1.2-1.5 s, none ended yet
+    found = [f for f in trace_findings(store, T0, T) if f.entity.service == "echo"]
+    assert [(f.entity.version, f.fault_class) for f in found] == [("v2", FaultClass.LATENCY)]
+    assert found[0].change is not None and "echo@v2" in found[0].change
+    assert found[0].last_ns == T0  # still going: evidence of now
+    # Reports that are no longer fresh are not counted.
+    assert [f for f in trace_findings(store, T0 + 5 * NS, T)
+            if f.entity.version == "v2"] == []
+
+
+def test_one_slow_request_reported_open_and_then_ended_is_counted_once(store: Store) -> None:
+    traffic(store, T0 - 300 * NS, 300, 5, 50, version="v1")
+    slow = span(T0 - 3 * NS, 2500, version="v2")  # started T0-3 s, ended T0-0.5 s
+    add_spans(store, [slow])
+    _open(store, T0 - NS, [2.0])  # its report 1 s before the end: the same request
+    assert [f for f in trace_findings(store, T0, T) if f.entity.version == "v2"] == []

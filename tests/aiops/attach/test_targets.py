@@ -8,10 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from aiops.attach.ray_serve import Deployment, ServeApp
+from aiops.attach.ray_serve import Deployment, ServeApp, discover
 from aiops.attach.watch import (
     Attachment,
     AttachSettings,
@@ -25,6 +26,7 @@ from aiops.cli import app
 from aiops.config import AttachTarget, load_settings
 from aiops.errors import ConfigError
 from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE
+from tests.loopback import serving
 
 
 def _t(name: str, kind: str = "ray", **kw: object) -> AttachTarget:
@@ -127,3 +129,50 @@ def test_a_removed_targets_replicas_and_calls_go_with_it(tmp_path: Path) -> None
     attachment.read_once()
     assert json.loads((tmp_path / ATTACHED_REPLICAS_FILE).read_text()) == []
     assert attachment.apps == {} and attachment.errors == {}
+
+
+def _dashboard(details: dict[str, object]) -> FastAPI:
+    """Ray's dashboard as `aiops attach check` reads it: the Serve REST API's GET."""
+    dash = FastAPI()
+
+    @dash.get("/api/serve/applications/")
+    async def applications() -> dict[str, object]:
+        return details
+
+    return dash
+
+
+def test_attach_check_shows_service_and_version_whole_in_80_columns(tmp_path: Path) -> None:
+    app_name = "recommendations-eu-west"
+    config = {"name": app_name, "import_path": "shop:shop", "route_prefix": "/",
+              "deployments": [{"name": "Ingress"}, {"name": "RecommendationScorer"}]}
+    deployments = {name: {"status": "HEALTHY", "deployment_config": {"name": name},
+                          "replicas": [{"replica_id": f"{name}-1", "state": "RUNNING"}]}
+                   for name in ("Ingress", "RecommendationScorer")}
+    details: dict[str, object] = {"applications": {
+        app_name: {"status": "RUNNING", "deployed_app_config": config,
+                   "deployments": deployments, "deployment_topology": {"nodes": {
+                       "Ingress": {"is_ingress": True}}}},
+        "adhoc-imperative-app": {"status": "DEPLOYING", "deployed_app_config": None,
+                                 "deployments": {}}}}
+    apps = {a.name: a for a in discover(details)}
+    scorer = apps[app_name]
+    service, version = scorer.service_of("RecommendationScorer"), scorer.version
+    assert service == f"{app_name}.RecommendationScorer" and len(service) == 44
+    assert version.startswith("cfg-") and len(version) == 12
+    with serving(_dashboard(details)) as url:
+        save_managed(tmp_path, [_t("team-ray", url=url)])
+        result = CliRunner().invoke(app, ["attach", "check"],
+                                    env={"AIOPS_DATA_DIR": str(tmp_path), "COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, result.output
+    # Each whole on one line: service and version as incidents, the policy and chat-ops name
+    # them (`shop.Scorer@cfg-1a2b3c4d`), to be copied from here.
+    row = next(line for line in lines if service in line)
+    assert version in row
+    assert any(app_name in line and version in line and "Ingress" in line for line in lines)
+    assert any(line.split() == ["application", app_name, "RUNNING"] for line in lines)
+    assert any("adhoc-imperative-app" in line and "imperative" in line for line in lines)
+    assert sum(line.strip() == "HEALTHY, 1 replica" for line in lines) == 2
+    assert "…" not in result.output  # nothing shortened
