@@ -4,6 +4,7 @@ with the fault, detection, action and recovery marked on it, and the raw figures
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -14,7 +15,7 @@ from aiops.demo.traffic import Sample, Traffic
 if TYPE_CHECKING:
     from aiops.demo.runner import ScenarioResult
 
-__all__ = ["write_report"]
+__all__ = ["mark_events", "write_report"]
 
 BUCKET_S = 2.0
 
@@ -54,17 +55,42 @@ def _plot(results: list[ScenarioResult], samples: list[Sample], t0: float, path:
                     alpha=0.25, label=f"{key} failed share")
         ax2.set_ylim(0, 1)
         ax2.set_ylabel("failed share")
-        for at, label in r.events:
-            ax.axvline(at - t0, color="black", linestyle="--", linewidth=0.8)
-            ax.annotate(label, (at - t0, 1), xycoords=("data", "axes fraction"),
-                        rotation=90, va="top", ha="right", fontsize=8)
-        ax.set_title(f"{s.name}: {s.title}")
+        mark_events(ax, r.events, t0)
+        # Above the event numbers (up to three rows of them).
+        ax.set_title(f"{s.name}: {s.title}", loc="left", pad=34)
         ax.set_xlabel("seconds since the demo started")
         if window:  # a model without client traffic (the agent's) has no series to label
             ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def mark_events(ax: Any, events: list[tuple[float, str]], t0: float) -> list[Any]:
+    """A dashed line per event, numbered above the plot (numbers of events close together
+    stacked, not drawn over each other), and the numbered labels in a caption under it:
+    detection, action and recovery often come within a second of each other. Returns the
+    text artists."""
+    texts = []
+    events = sorted(events)
+    left, right = ax.get_xlim()
+    span = max(right - left, 1e-9)
+    lanes: list[float] = []  # the x of the last number in each row
+    for i, (at, _) in enumerate(events, 1):
+        x = at - t0
+        ax.axvline(x, color="black", linestyle="--", linewidth=0.8)
+        row = next((k for k, last in enumerate(lanes) if (x - last) / span > 0.03),
+                   len(lanes))
+        lanes[row:row + 1] = [x]
+        texts.append(ax.annotate(str(i), (x, 1), xycoords=("data", "axes fraction"),
+                                 xytext=(0, 2 + 10 * row), textcoords="offset points",
+                                 ha="center", va="bottom", fontsize=7))
+    caption = "   ".join(f"{i} {label} (+{at - events[0][0]:.1f} s)"
+                           for i, (at, label) in enumerate(events, 1))
+    if caption:
+        texts.append(ax.text(0, -0.3, textwrap.fill(caption, 150), transform=ax.transAxes,
+                             fontsize=7, va="top", ha="left"))
+    return texts
 
 
 def _fmt(v: float | None) -> str:
