@@ -84,10 +84,14 @@ class TraceThresholds:
     # default); one whose estimated start is this close to a span's start is that span.
     in_flight_fresh_s: float = 2.5
     in_flight_same_s: float = 0.25
-    # A version first served this long after the lookback began, with another version of
-    # its service served before it, is a change (a release, a canary): its findings are
-    # tied to that change. The margin keeps a lookback that merely begins with the traffic
-    # (a server just started) from calling every version new.
+    # A version first served within the last change_horizon_s, after another version of its
+    # service, is a change (a release, a canary): its findings are tied to that change. A bad
+    # release shows itself in its first requests (seconds to a minute at low traffic); later,
+    # a version is judged as any other (pages only where an SLO burns), so the minutes after
+    # a good release on a noisy machine are not a window for false pages. The margin keeps a
+    # lookback that merely begins with the traffic (a server just started) from calling
+    # every version new.
+    change_horizon_s: float = 180.0
     change_margin_s: float = 60.0
 
 
@@ -204,8 +208,8 @@ def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None,
                        None if last_failed_ns is None else int(last_failed_ns))
         (current if is_current else history)[(service, name, version, model)] = group
     _add_in_flight(store, now_ns, t, current, first)
-    changes = _changes(first, now_ns - int(t.baseline_s * NS) + int(t.change_margin_s * NS),
-                       now_ns)
+    changes = _changes(first, max(now_ns - int(t.baseline_s * NS) + int(t.change_margin_s * NS),
+                                  now_ns - int(t.change_horizon_s * NS)), now_ns)
     found: list[Finding] = []
     for key, cur in current.items():
         service, name, version, model = key

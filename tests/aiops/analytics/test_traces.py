@@ -171,3 +171,15 @@ def test_one_slow_request_reported_open_and_then_ended_is_counted_once(store: St
     add_spans(store, [slow])
     _open(store, T0 - NS, [2.0])  # its report 1 s before the end: the same request
     assert [f for f in trace_findings(store, T0, T) if f.entity.version == "v2"] == []
+
+
+def test_a_version_is_a_change_in_its_first_minutes_only(store: Store) -> None:
+    traffic(store, T0 - 500 * NS, 100, 5, 50, version="v1")
+    traffic(store, T0 - 400 * NS, 400, 5, 50, version="v2")  # replaced v1 400 s ago
+    for end in (T0, T0 - 250 * NS):  # the same regression, 400 s and 150 s after v2 came
+        add_spans(store, [span(end - 8 * NS + k * NS, 900, version="v2") for k in range(6)])
+    [late] = [f for f in trace_findings(store, T0, T) if f.entity.service == "echo"]
+    assert late.entity.version == "v2" and late.change is None  # 400 s on: not a change
+    [early] = [f for f in trace_findings(store, T0 - 250 * NS, T)
+               if f.entity.service == "echo"]
+    assert early.change is not None and "after v1" in early.change
