@@ -26,9 +26,9 @@ from collections.abc import Callable
 
 from aiops.identity import REPLICA as REPLICA_ATTR
 
-__all__ = ["DECODED_MARK", "FAILED", "FAILED_SQL", "HTTP_STATUS", "HTTP_STATUS_ATTR",
-           "HTTP_STATUS_SQL", "IN_FLIGHT_AGE_METRIC", "IN_FLIGHT_RANK_ATTR", "MODEL",
-           "MODEL_ATTR", "MODEL_SQL", "MODEL_VERSION_ATTR", "OLD_HTTP_STATUS_ATTR",
+__all__ = ["CONFIG_DIGEST_ATTR", "DECODED_MARK", "FAILED", "FAILED_SQL", "HTTP_STATUS",
+           "HTTP_STATUS_ATTR", "HTTP_STATUS_SQL", "IN_FLIGHT_AGE_METRIC", "IN_FLIGHT_RANK_ATTR",
+           "MODEL", "MODEL_ATTR", "MODEL_SQL", "MODEL_VERSION_ATTR", "OLD_HTTP_STATUS_ATTR",
            "OPERATION_ATTR", "PRIORITY_ATTR", "REPLICA", "REPLICA_ATTR", "REPLICA_SQL",
            "ROUTED_VERSION_SQL", "SERVICE_VERSION_ATTR", "VERSION", "VERSION_SQL", "WARMUP_ATTR",
            "derivations", "failed", "http_status", "ingest_select"]
@@ -43,6 +43,9 @@ WARMUP_ATTR = "aiops.warmup"  # a replica's warm-up inference: served no user
 # The request's priority class at the ingress (realtime, batch): on its span and metrics.
 PRIORITY_ATTR = "aiops.priority"
 
+# A digest of the settings a replica runs with that change in place (its user_config): a new
+# digest under the same version is a config change, a release of its own (serve.replica).
+CONFIG_DIGEST_ATTR = "aiops.model.config_digest"
 # Requests still being served: a replica's gauge of the ages (seconds) of its oldest open
 # requests per operation (``gen_ai.operation.name``), one series per rank (serve.inflight).
 IN_FLIGHT_AGE_METRIC = "aiops.serve.in_flight.age"

@@ -24,6 +24,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, use_span
 
 from aiops.errors import ModelError
 from aiops.ledger import PROVENANCE_EVENT, canonical
+from aiops.semconv import CONFIG_DIGEST_ATTR
 from serve.backends.base import (
     Backend,
     ChatBackend,
@@ -89,6 +90,8 @@ class ModelReplica:
         self.labels = {attrs.GEN_AI_REQUEST_MODEL: spec.name, attrs.MODEL_VERSION: spec.version,
                        attrs.ARTIFACT_DIGEST: digest}
         self.faults = FaultInjector(spec.faults)
+        # What Serve's user_config carries (serve.app), until reconfigure says otherwise.
+        self.config_digest = config_digest({"faults": spec.faults.model_dump()})
         self._provenance = (self.telemetry.logger_provider.get_logger("aiops.provenance")
                             if telemetry.provenance else None)
         self._hardware = fingerprint()
@@ -184,8 +187,11 @@ class ModelReplica:
         return loaded
 
     def reconfigure(self, config: dict[str, Any]) -> None:
-        """Serve's in-place update (the deployment's user_config): faults change live."""
+        """Serve's in-place update (the deployment's user_config): faults change live. Each
+        span carries the config's digest: a change in place is a release analytics can tie
+        a regression to, though the version stays."""
         self.faults.update(Faults.model_validate(config.get("faults", {})))
+        self.config_digest = config_digest(config)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -208,7 +214,8 @@ class ModelReplica:
             f"{operation} {self.spec.name}", context=extract_context(carrier),
             kind=SpanKind.INTERNAL,
             attributes={attrs.GEN_AI_OPERATION: operation, attrs.GEN_AI_SYSTEM: self.spec.backend,
-                        attrs.INFERENCE_ID: inference_id, **self.labels, **(extra or {})})
+                        attrs.INFERENCE_ID: inference_id, CONFIG_DIGEST_ATTR: self.config_digest,
+                        **self.labels, **(extra or {})})
 
     def _fail(self, span: Span, exc: Exception, inference_id: str) -> None:
         span.set_status(Status(StatusCode.ERROR, str(exc)))
@@ -412,6 +419,12 @@ def start_backend(spec: ModelSpec) -> Backend:
             spec.model_copy(update={"artifact": Artifact(path=plain.path)}))
         backend.start()
     return backend
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    """8 hex digits of the SHA-256 of a replica's in-place config, keys sorted."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()
+                          ).hexdigest()[:8]
 
 
 def input_digest(value: Any) -> str:

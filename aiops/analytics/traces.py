@@ -144,6 +144,17 @@ SELECT service, name, version, model, arg_max(value, time) AS age_s,
 FROM p GROUP BY service, name, version, model, rank
 """
 
+# The in-place configs a version ran with (aiops' replicas stamp each span with theirs).
+_CONFIGS = f"""
+SELECT (attributes->>'{semconv.CONFIG_DIGEST_ATTR}') AS config,
+       min(epoch_ns(start_time)) AS first_ns, max(epoch_ns(start_time)) AS last_ns
+FROM spans
+WHERE service_name = ? AND {semconv.VERSION} = ?
+  AND end_time > make_timestamp_ns(?) AND end_time <= make_timestamp_ns(?)
+  AND (attributes->>'{semconv.CONFIG_DIGEST_ATTR}') IS NOT NULL
+GROUP BY ALL
+"""
+
 # (service, span name, version, model served)
 _Key = tuple[str, str, str | None, str | None]
 
@@ -210,6 +221,7 @@ def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None,
     _add_in_flight(store, now_ns, t, current, first)
     changes = _changes(first, max(now_ns - int(t.baseline_s * NS) + int(t.change_margin_s * NS),
                                   now_ns - int(t.change_horizon_s * NS)), now_ns)
+    config_changes: dict[tuple[str, str], str | None] = {}
     found: list[Finding] = []
     for key, cur in current.items():
         service, name, version, model = key
@@ -237,8 +249,30 @@ def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None,
                        key=lambda s: s.failed)
         mine += _errors(entity, name, about, cur, err_base, tail, t, cur_start, now_ns)
         change = changes.get((service, version))
+        if mine and change is None and version is not None and service != INGRESS:
+            if (service, version) not in config_changes:  # asked only where something fires
+                config_changes[(service, version)] = _config_change(
+                    store, service, version, now_ns, t)
+            change = config_changes[(service, version)]
         found += [replace(f, change=change) for f in mine] if change else mine
     return found
+
+
+def _config_change(store: Store, service: str, version: str, now_ns: int,
+                   t: TraceThresholds) -> str | None:
+    """A change of the version's in-place config (a user_config release under the same
+    version) in the last ``change_horizon_s``, after another config it served with."""
+    since = now_ns - int(t.baseline_s * NS)
+    rows = store.query(_CONFIGS, [service, version, since, now_ns]).rows
+    if len(rows) < 2:
+        return None
+    config, first_ns, _ = max(rows, key=lambda r: int(r[2]))  # the one it runs now
+    recent = int(first_ns) > max(since + int(t.change_margin_s * NS),
+                                 now_ns - int(t.change_horizon_s * NS))
+    if not recent or not any(int(r[1]) < int(first_ns) for r in rows if r[0] != config):
+        return None
+    return (f"{service}@{version} config changed in place {(now_ns - int(first_ns)) / NS:.0f} "
+            f"s ago (to {config})")
 
 
 def _add_in_flight(store: Store, now_ns: int, t: TraceThresholds,

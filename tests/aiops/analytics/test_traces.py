@@ -183,3 +183,34 @@ def test_a_version_is_a_change_in_its_first_minutes_only(store: Store) -> None:
     [early] = [f for f in trace_findings(store, T0 - 250 * NS, T)
                if f.entity.service == "echo"]
     assert early.change is not None and "after v1" in early.change
+
+
+def _configured(rows: list[dict[str, object]], digest: str) -> list[dict[str, object]]:
+    """Spans of a replica running the in-place config ``digest`` (serve.replica stamps it)."""
+    import json
+
+    for r in rows:
+        r["attributes"] = json.dumps({**json.loads(str(r["attributes"])),
+                                      "aiops.model.config_digest": digest})
+    return rows
+
+
+def test_a_regression_after_an_in_place_config_change_is_tied_to_it(store: Store) -> None:
+    # The same version throughout; its config changed in place 20 s ago (a user_config
+    # release), and its requests got 8x slower with it.
+    add_spans(store, _configured([span(T0 - 300 * NS + k * NS // 5, 50) for k in range(1400)],
+                                 "aaaa1111"))
+    add_spans(store, _configured([span(T0 - 20 * NS + k * NS // 5, 400) for k in range(100)],
+                                 "bbbb2222"))
+    [slow] = [f for f in trace_findings(store, T0, T) if f.entity.service == "echo"]
+    assert slow.entity.version == "v1" and slow.change is not None
+    assert "config changed in place" in slow.change and "bbbb2222" in slow.change
+
+
+def test_the_same_regression_with_no_change_behind_it_is_tied_to_none(store: Store) -> None:
+    add_spans(store, _configured([span(T0 - 300 * NS + k * NS // 5, 50) for k in range(1400)],
+                                 "aaaa1111"))
+    add_spans(store, _configured([span(T0 - 20 * NS + k * NS // 5, 400) for k in range(100)],
+                                 "aaaa1111"))
+    [slow] = [f for f in trace_findings(store, T0, T) if f.entity.service == "echo"]
+    assert slow.change is None
