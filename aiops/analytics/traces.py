@@ -19,7 +19,10 @@ open requests at every metric export): each is a span at least as slow as it is 
 canary whose requests take 5 s more is found while they run, not 5 s later. A report of a
 request whose span has arrived since is not counted twice.
 
-Where the model has an SLO, its latency threshold is a floor for both tests: slower than the
+Where the model has an SLO, its latency threshold is a floor for both tests (except for a
+version that just changed, ``Finding.change``, with no other version serving beside it: a
+regression that came with a release or an in-place config change is the change's doing, not
+contention's): slower than the
 baseline is a finding only when it is also slower than what the model's users were promised.
 Except where another version of the model, in the same window, serves at its usual speed:
 contention (what the floor is for) would have slowed it too.
@@ -242,6 +245,13 @@ def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None,
         floor_ns = 0.0 if _sibling_unshifted(key, current, history, t) else \
             slow_ms.get(model or service, 0.0) * 1e6
         mine = _latency(entity, name, about, cur, base, tail, t, cur_start, now_ns, floor_ns)
+        # Hidden by the floor only: shown where a change is behind it (below) and no other
+        # version serves beside it now (a canary's sibling says whether contention slows
+        # the node: _sibling_unshifted); a release that replaced its predecessor has none.
+        alone = not any(s.n >= t.min_spans for (sv, nm, v, m), s in current.items()
+                        if sv == service and nm == name and m == model and v != version)
+        floored = [] if mine or not floor_ns or not alone else \
+            _latency(entity, name, about, cur, base, tail, t, cur_start, now_ns, 0.0)
         # Errors against the best the model did recently: a release failing from its first
         # request has a history of failing too, and a baseline of it would absorb the fault
         # (an open incident resolving while the release still fails a third of its calls).
@@ -249,12 +259,18 @@ def trace_findings(store: Store, now_ns: int, t: TraceThresholds | None = None,
                        key=lambda s: s.failed)
         mine += _errors(entity, name, about, cur, err_base, tail, t, cur_start, now_ns)
         change = changes.get((service, version))
-        if mine and change is None and version is not None and service != INGRESS:
+        if (mine or floored) and change is None and version is not None \
+                and service != INGRESS:
             if (service, version) not in config_changes:  # asked only where something fires
                 config_changes[(service, version)] = _config_change(
                     store, service, version, now_ns, t)
             change = config_changes[(service, version)]
-        found += [replace(f, change=change) for f in mine] if change else mine
+        if change:
+            # The SLO floor is for contention; a regression that came with a change is the
+            # change's doing (a release 20x slower, still inside a generous objective).
+            found += [replace(f, change=change) for f in mine + floored]
+        else:
+            found += mine
     return found
 
 

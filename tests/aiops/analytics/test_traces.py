@@ -214,3 +214,16 @@ def test_the_same_regression_with_no_change_behind_it_is_tied_to_none(store: Sto
                                  "aaaa1111"))
     [slow] = [f for f in trace_findings(store, T0, T) if f.entity.service == "echo"]
     assert slow.change is None
+
+
+def test_a_regression_that_came_with_a_change_is_found_inside_a_generous_slo(
+        store: Store) -> None:
+    # 8x slower after an in-place config change, yet within echo's 500 ms objective: a
+    # regression tied to the change, not contention (which the floor is for).
+    add_spans(store, _configured([span(T0 - 300 * NS + k * NS // 5, 50) for k in range(1400)],
+                                 "aaaa1111"))
+    add_spans(store, _configured([span(T0 - 20 * NS + k * NS // 5, 400) for k in range(100)],
+                                 "bbbb2222"))
+    [slow] = [f for f in trace_findings(store, T0, T, slow_ms={"echo": 500})
+              if f.entity.service == "echo"]
+    assert slow.fault_class is FaultClass.LATENCY and slow.change is not None
