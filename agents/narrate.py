@@ -75,6 +75,11 @@ def template_narrative(inv: Investigation) -> Narrative:
         if e.kind == "action":
             parts.append(f"Action {e.text} [{e.id}].")
             cited.append(e.id)
+    # The other incidents of the model or app asked about (its deployments' too).
+    for e in inv.evidence:
+        if e.kind == "incident" and e.id not in cited:
+            parts.append(f"{e.text[0].upper()}{e.text[1:]} [{e.id}].")
+            cited.append(e.id)
     return Narrative(text=" ".join(parts), source="template", cited=cited)
 
 

@@ -6,14 +6,15 @@ failure that kills what serves them (a crash, an OOM kill or a leak heading ther
 node). Every other finding (a tail on a healthy release, CPU contention, a log template's
 rate) is held as a finding: it joins the incident of its service if one opens while it still
 fires (its evidence, its onset), and is forgotten once it has not fired for
-``resolve_after_s``; chat-ops reads findings from the store as they are.
+``resolve_after_s`` (``IncidentTracker.held`` lists those held now).
 
 One incident is open per service (a model, or the ingress) at a time; every finding about that
 service joins it. The fronts (the embedded ingress, Serve's HTTP proxies) call every service:
 their findings join the incident of a firing service behind them, never one of their own
 while one fires. The incident is ``open`` while findings keep coming, ``mitigating`` once an
 action was taken for it (remediation sets this), and ``resolved`` when no finding has fired
-for ``resolve_after_s`` (the SLIs recovered). Each change is appended as a new row of the
+for ``resolve_after_s``, or, once mitigating, when no bad observation of it has ended for
+``recovered_after_s`` (the SLIs recovered). Each change is appended as a new row of the
 ``incidents`` table (``updated_at``), so its history stays; the latest row is its state.
 
 The tracker owns the open incidents: one lock guards every change and read, readers get

@@ -152,6 +152,7 @@ def test_an_apps_incidents_are_those_of_all_its_deployments(store: Store) -> Non
     known from its spans' `ray.serve.app`) are all shop; `cart` is another app."""
     from agents.intent import Intent, IntentKind
     from agents.investigate import investigate
+    from agents.narrate import template_narrative
     from aiops.analytics.findings import Entity, FaultClass, Finding
     from aiops.analytics.incidents import IncidentTracker
 
@@ -171,3 +172,6 @@ def test_an_apps_incidents_are_those_of_all_its_deployments(store: Store) -> Non
     inv = investigate(box, Intent(kind=IntentKind.INVESTIGATE, model="shop", minutes=20))
     cited = {e.id for e in inv.evidence if e.kind == "incident"}
     assert cited == {i["incident_id"] for i in listed.data}
+    # The answer's text names every one of them, not only the one it leads with.
+    text = template_narrative(inv).text
+    assert all(i["incident_id"] in text for i in listed.data), text
