@@ -22,12 +22,16 @@ import pyarrow as pa
 
 from agents.evals.cases import TELEMETRY_TABLES, Case, load_telemetry
 from aiops.analytics.engine import Analyzer, AnalyzerConfig
+from aiops.analytics.findings import Finding
+from aiops.analytics.incidents import rank_causes, symptom_of
+from aiops.analytics.slo import SLO_BURN
 from aiops.store import Store
 
-__all__ = ["WARMUP_S", "IncidentSummary", "expected_incident", "replay", "replay_case",
-           "round_times", "summarize_incidents"]
+__all__ = ["FINDING", "WARMUP_S", "IncidentSummary", "expected_incident", "replay",
+           "replay_case", "round_times", "summarize_held", "summarize_incidents"]
 
 NS = 1_000_000_000
+FINDING = "finding"  # the status of a summary of held findings (not an incident)
 WARMUP_S = 60.0  # the first round runs this long after the earliest telemetry
 
 # When a row reaches the server, and the time it is about.
@@ -73,7 +77,8 @@ class _Feed:
         return out
 
 
-def replay(case: Case, store: Store, step_s: float = 5.0) -> Analyzer:
+def replay(case: Case, store: Store, step_s: float = 5.0,
+           held: dict[tuple[str, str, str], Finding] | None = None) -> Analyzer:
     """Run the analyzer over the telemetry in ``store`` up to ``case.now``; the incidents it
     wrote are appended to ``store``. Returns the analyzer (its tracker holds the incidents
     still open at the end; its ``store`` is ``store``)."""
@@ -90,6 +95,11 @@ def replay(case: Case, store: Store, step_s: float = 5.0) -> Analyzer:
             if batches:
                 live.append_many(batches)  # one transaction, as one ingest flush
             analyzer.step(t)
+            if held is not None:  # every finding held (not paged) in any round
+                for f in analyzer.tracker.held():
+                    key = (f.detector, str(f.entity), str(f.fault_class))
+                    if key not in held or held[key].start_ns > f.start_ns:
+                        held[key] = f
         incidents = live.query_arrow("SELECT * FROM incidents ORDER BY updated_at")
     finally:
         live.close()
@@ -160,12 +170,32 @@ def expected_incident(case: Case, incidents: list[IncidentSummary], tolerance_s:
     return None
 
 
+def summarize_held(held: list[Finding], analyzer: Analyzer) -> list[IncidentSummary]:
+    """What the analyzer found that was not a page (``IncidentTracker.held``: CPU contention
+    within the SLO, retransmits, a flood of invalid requests), one summary per service,
+    ranked as an incident would be; status ``finding``."""
+    by_service: dict[str, list[Finding]] = {}
+    for f in held:
+        by_service.setdefault(f.subject, []).append(f)
+    out = []
+    for service, fs in sorted(by_service.items()):
+        top = rank_causes(fs, analyzer.tracker.calls, symptom_of(fs))[0]
+        onset = min((f.start_ns for f in fs if f.detector != SLO_BURN),
+                    default=min(f.start_ns for f in fs))
+        out.append(IncidentSummary(
+            f"finding:{service}", service, FINDING, onset, onset, onset, top.entity.service,
+            top.entity.version, top.entity.replica, str(top.fault_class), top.confidence))
+    return out
+
+
 def replay_case(case: Case, step_s: float = 5.0) -> list[IncidentSummary]:
-    """Load the case into a fresh in-memory store, replay it, and summarise the incidents."""
+    """Load the case into a fresh in-memory store, replay it, and summarise the incidents
+    (pages) and, after them, the findings held at the end (not pages)."""
     store = Store(None)
     try:
         load_telemetry(case, store)
-        replay(case, store, step_s)
-        return summarize_incidents(store)
+        held: dict[tuple[str, str, str], Finding] = {}
+        analyzer = replay(case, store, step_s, held)
+        return summarize_incidents(store) + summarize_held(list(held.values()), analyzer)
     finally:
         store.close()

@@ -19,6 +19,7 @@ import pytest
 from agents.evals import generate
 from agents.evals.cases import CASES_DIR, TELEMETRY_TABLES, Case, load_cases, load_telemetry
 from agents.evals.replay import (
+    FINDING,
     IncidentSummary,
     expected_incident,
     replay,
@@ -128,8 +129,9 @@ def replayed() -> dict[str, list[IncidentSummary]]:
 def _verdict(case: Case, incidents: list[IncidentSummary]) -> str | None:
     """None when the replay states the case's facts, else what it said instead."""
     e = case.expect
-    if e.component is None:
-        return None if not incidents else f"expected no incident, got {len(incidents)}"
+    if e.component is None:  # no page; what is held (not a page) may be there
+        pages = [i for i in incidents if i.status != FINDING]
+        return None if not pages else f"expected no incident, got {len(pages)}"
     if expected_incident(case, incidents) is not None:
         return None
     got = [f"{i.cause_service}@{i.cause_version}/{i.cause_replica} {i.fault_class} onset "
