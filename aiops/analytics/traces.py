@@ -81,6 +81,13 @@ class TraceThresholds:
     tail_quantile: float = 0.99
     tail_min: int = 2
     tail_alpha: float = 1e-3
+    # ...and it judges windows of fewer spans than this (a canary's first requests); with as
+    # many, the shift test has the power and the tail's odds mislead: they take the spans as
+    # independent draws, and a busy node's bursts slow many at once (the attach soak on a
+    # noisy 2-core machine, docs/benchmarks.md: 8 of 178 spans over the level in a burst,
+    # the median unmoved, paged after a good release). A regression of only the slowest
+    # few percent of many requests is for an SLO to catch (its burn rate).
+    tail_max_spans: int = 30
     # The model's SLO latency as a floor for both tests (where it has an SLO; see below).
     slo_floor: bool = True
     # Open requests: reports this recent count (replicas report every export interval, 1 s by
@@ -372,7 +379,7 @@ def _latency(entity: Entity, name: str, about: str | None, cur: _Stats, base: _S
             and cur.med > floor_ns:
         score, how = z / t.robust_z, f"median {cur.med / 1e6:.0f} ms over {cur.n} spans"
         last_ns = cur.last_slower(t.latency_ratio * base.med)
-    elif tail is not None:
+    elif tail is not None and cur.n < t.tail_max_spans:
         base, scale = tail, _scale(tail)
         level = max(base.p99, t.tail_ratio * base.med, base.med + t.robust_z * scale,
                     base.med + t.tail_min_excess_ms * 1e6, floor_ns)
