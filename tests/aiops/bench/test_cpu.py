@@ -29,8 +29,10 @@ def test_a_busy_child_is_counted_under_its_role_and_an_idle_one_is_not() -> None
     finally:
         busy.kill(), idle.kill()
         busy.wait(), idle.wait()
-    assert used["busy"] > 0.5
-    assert used.get("idle", 0.0) < 0.1
+    # Busy is what it got of a core: on a 2-core runner with the test lanes beside it, as
+    # little as half (0.499 seen in CI); idle is next to nothing either way.
+    assert used["busy"] > 0.25
+    assert used.get("idle", 0.0) < 0.1 < used["busy"]
     assert "me" in used and "other" in used  # everything else is somebody's
     assert list(used.values()) == sorted(used.values(), reverse=True)
 
