@@ -39,6 +39,7 @@ from agents.memory import LazyMemory
 from agents.settings import AgentSettings, SlackSettings
 from agents.slack_replay import SeenSignatures
 from agents.tools import Limits, Proposer, Toolbox
+from aiops.analytics.findings import Finding
 from aiops.analytics.slo import Objective
 from aiops.auth import Access, Role
 from aiops.capacity import Capacity
@@ -126,9 +127,10 @@ class AgentService:
                  propose: Callable[[Action, str, int], dict[str, Any]] | None = None,
                  decide: Decide | None = None, objectives: Sequence[Objective] = (),
                  models: Sequence[str] = (), memory: LazyMemory | None = None,
-                 slack: SlackSettings | None = None, capacities: Sequence[Capacity] = ()
-                 ) -> None:
+                 slack: SlackSettings | None = None, capacities: Sequence[Capacity] = (),
+                 findings: Callable[[], Sequence[Finding]] | None = None) -> None:
         self.settings = settings
+        self.findings = findings  # the analyzer's findings that are not pages
         self.slack = slack or SlackSettings()
         self.memory = memory
         self.store = store
@@ -159,7 +161,8 @@ class AgentService:
             box = Toolbox(self.store, proposer,
                           Limits(sql_rows=s.sql_rows, sql_timeout_s=s.sql_timeout_s),
                           actor=actor, objectives=self.objectives, models=self.models,
-                          memory=self.memory, capacities=self.capacities)
+                          memory=self.memory, capacities=self.capacities,
+                          findings=self.findings)
             return Agent(box, self.llm, s.mode, s.when_busy).ask(question)
         finally:
             self._slots.release()

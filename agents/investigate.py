@@ -22,6 +22,7 @@ __all__ = ["EvidenceItem", "Facts", "Findings", "Investigation", "investigate"]
 
 INGRESS = "ingress"
 ALSO_MAX = 8  # other incidents an investigation of a model or an app lists
+FINDING = "finding"  # Facts of findings that are not a page (no incident id)
 
 
 class EvidenceItem(BaseModel):
@@ -98,6 +99,10 @@ def investigate(box: Toolbox, intent: Intent) -> Investigation:
         # requests, say) is the answer when the model itself had none.
         via = _call(inv, box, "list_incidents", minutes=intent.minutes, model=INGRESS)
         inv.incidents = via.data if via.ok else []
+    if not inv.incidents and intent.kind in (IntentKind.INVESTIGATE,
+                                             IntentKind.LIST_INCIDENTS):
+        # Nothing paged: what the analyzer found that is not a page is the answer.
+        _findings(inv, box)
     if intent.kind is IntentKind.LIST_INCIDENTS:
         for i in inv.incidents:
             inv.add("incident", i["incident_id"], f"{i['status']} {i['severity']}: {i['summary']}")
@@ -122,6 +127,26 @@ def investigate(box: Toolbox, intent: Intent) -> Investigation:
     if intent.kind is IntentKind.PROPOSE_ACTION:
         _propose(inv, box)
     return inv
+
+
+def _findings(inv: Investigation, box: Toolbox) -> None:
+    found = _call(inv, box, "list_findings", minutes=inv.intent.minutes,
+                  model=inv.intent.model)
+    if found.ok and not found.data["causes"] and inv.intent.model is not None:
+        # As for incidents: the ingress' trouble is the answer when the model had none.
+        found = _call(inv, box, "list_findings", minutes=inv.intent.minutes, model=INGRESS)
+    if not found.ok or not found.data["causes"]:
+        return
+    top = found.data["causes"][0]
+    lead = found.data["findings"][0]
+    inv.facts = Facts(
+        incident_id=FINDING, status=FINDING, severity="none (not a page)",
+        component=top["service"], version=top["version"], replica=top["replica"],
+        fault_class=top["fault_class"],
+        onset=found.data["onset"], confidence=top["confidence"], summary=lead["summary"])
+    for f in found.data["findings"][:5]:
+        inv.add(FINDING, f"{f['detector']}:{f['entity']}", f"{f['fault_class']} finding on "
+                f"{f['entity']} since {f['start']}: {f['summary']}")
 
 
 def _also(inv: Investigation, box: Toolbox, i: dict[str, Any]) -> None:

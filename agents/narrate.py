@@ -58,6 +58,8 @@ def template_narrative(inv: Investigation) -> Narrative:
         (f" (replica {f.replica})" if f.replica else "")
     parts = [f"{f.fault_class or 'anomaly'} on {where}{_onset(inv)} [{f.incident_id}]: "
              f"{f.summary}."]
+    if f.status == "finding":
+        parts.insert(0, "No incident: nothing its users feel paged. What the analyzer found:")
     if f.recurrences > 1:
         parts.append(f"It recurred: {f.recurrences} incidents of it in the last "
                      f"{inv.intent.minutes:g} minutes.")

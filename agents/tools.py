@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, Field
 
 from aiops import semconv
-from aiops.analytics.findings import NOT_WARMUP
-from aiops.analytics.slo import Objective
+from aiops.analytics.findings import NOT_WARMUP, Finding
+from aiops.analytics.incidents import rank_causes, symptom_of
+from aiops.analytics.slo import SLO_BURN, Objective
 from aiops.capacity import Capacity
 from aiops.errors import AIOpsError
 from aiops.identity import APP
@@ -96,8 +97,11 @@ class Toolbox:
                  limits: Limits | None = None, now: Callable[[], int] = time.time_ns,
                  actor: str = "agent", objectives: Sequence[Objective] = (),
                  models: Sequence[str] = (), memory: LazyMemory | None = None,
-                 capacities: Sequence[Capacity] = ()) -> None:
+                 capacities: Sequence[Capacity] = (),
+                 findings: Callable[[], Sequence[Finding]] | None = None) -> None:
         self.store = store
+        # What the analyzer finds that is not a page (IncidentTracker.held): answers use it.
+        self.findings = findings
         # What each model is given (its specs' memory reservation, queue bound): answers
         # about use say it against these.
         self.capacities = {c.model: c for c in capacities}
@@ -110,6 +114,7 @@ class Toolbox:
         self.now = now
         self._tools: dict[str, Callable[..., Any]] = {
             "list_incidents": self.list_incidents,
+            "list_findings": self.list_findings,
             "describe_incident": self.describe_incident,
             "rca_evidence": self.rca_evidence,
             "run_sql": self.run_sql,
@@ -191,6 +196,33 @@ class Toolbox:
             r["opened"], r["closed"] = _iso(r.pop("opened_ns")), _iso(r.pop("closed_ns"))
             r["onset"] = _iso(r.pop("onset_ns"))
         return rows
+
+    def list_findings(self, minutes: float = 60, model: str | None = None) -> Any:
+        """What the analyzer found lately that is not a page (CPU contention inside the SLO,
+        retransmits, a tail on a healthy release): the causes ranked as an incident's would be
+        (best first) and each finding. ``model`` may name a Serve application."""
+        params = {"minutes": minutes, "model": model}
+        if not 0 < minutes <= 7 * 24 * 60:
+            return self._fail("list_findings", params, "minutes must be in (0, 10080]")
+        since = self.now() - int(minutes * 60 * NS)
+        try:
+            services = None if model is None else set(self._app_services(model, since))
+        except AIOpsError as exc:
+            return self._fail("list_findings", params, str(exc))
+        found = [f for f in (self.findings() if self.findings else [])
+                 if f.end_ns >= since and (services is None or f.subject in services
+                                           or f.entity.service in services)]
+        if not found:
+            return {"causes": [], "findings": [], "onset": None}
+        causes = rank_causes(found, None, symptom_of(found))
+        onset = min((f.start_ns for f in found if f.detector != SLO_BURN),
+                    default=min(f.start_ns for f in found))
+        return {"causes": [c.to_json() for c in causes[:3]],
+                "findings": [{"detector": f.detector, "entity": str(f.entity),
+                              "fault_class": str(f.fault_class), "score": round(f.score, 3),
+                              "start": _iso(f.start_ns), "summary": f.summary,
+                              "change": f.change} for f in sorted(found, key=lambda f: -f.score)],
+                "onset": _iso(onset)}
 
     def _app_services(self, name: str, since_ns: int) -> list[str]:
         """``name`` and, where it names a Serve application, its deployments' services: the

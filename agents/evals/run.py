@@ -21,6 +21,7 @@ from agents.agent import Agent, Answer
 from agents.evals.cases import Case, load_telemetry
 from agents.evals.replay import replay
 from agents.tools import Toolbox
+from aiops.analytics.findings import Finding
 from aiops.store import Store
 
 if TYPE_CHECKING:
@@ -110,9 +111,11 @@ def run_case(case: Case, llm: LLM | None = None, workdir: Path | None = None) ->
         store = Store(Path(tmp) / "case.duckdb")
         try:
             load_telemetry(case, store)
-            replay(case, store)
+            held: dict[tuple[str, str, str], Finding] = {}  # what was found, not paged
+            replay(case, store, held=held)
             now = case.now_ns
-            box = Toolbox(store, now=lambda: now, objectives=case.analyzer_objectives())
+            box = Toolbox(store, now=lambda: now, objectives=case.analyzer_objectives(),
+                          findings=lambda: list(held.values()))
             answer = Agent(box, llm).ask(case.question)
         finally:
             store.close()

@@ -159,7 +159,8 @@ def create_app(settings: Settings, store: Store,
         objectives=analyzer.config.objectives if analyzer is not None else (),
         models=models_from_specs(settings.models_file) if settings.analytics else (),
         memory=memory, slack=SlackSettings.of(settings),
-        capacities=capacities_from_specs(settings.models_file) if settings.analytics else ())
+        capacities=capacities_from_specs(settings.models_file) if settings.analytics else (),
+        findings=analyzer.tracker.held if analyzer is not None else None)
 
     refused = Counter("aiops_gate_refused", "Requests refused before their body was read, "
                       "by reason (host, auth, size, slow)", ["reason"], registry=registry)

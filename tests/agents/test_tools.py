@@ -175,3 +175,24 @@ def test_an_apps_incidents_are_those_of_all_its_deployments(store: Store) -> Non
     # The answer's text names every one of them, not only the one it leads with.
     text = template_narrative(inv).text
     assert all(i["incident_id"] in text for i in listed.data), text
+
+
+def test_what_was_found_but_not_paged_is_the_answer_when_nothing_paged(store: Store) -> None:
+    """CPU contention inside the model's SLO is a finding, not a page: asked about the model,
+    the agent states it as what the analyzer found, with no incident."""
+    from agents.agent import Agent
+    from aiops.analytics.findings import Entity, FaultClass, Finding
+
+    runq = Finding("ebpf_runq", Entity("echo", "v1", "r1"), FaultClass.CPU, 2.5,
+                   T0 - 120 * NS, T0, "echo@v1/r1: run-queue wait 1.5 ms per wakeup, 40x "
+                   "its past")
+    tail = Finding("trace_latency", Entity("other", "v1"), FaultClass.LATENCY, 1.2,
+                   T0 - 30 * NS, T0, "a tail on another model")
+    box = Toolbox(store, now=lambda: T0, findings=lambda: [runq, tail])
+    found = box.call("list_findings", minutes=15, model="echo")
+    assert found.ok and [c["service"] for c in found.data["causes"]] == ["echo"]
+    answer = Agent(box).ask("what is wrong with echo in the last 15 minutes?")
+    assert answer.facts is not None
+    assert (answer.facts.component, answer.facts.version, answer.facts.replica,
+            answer.facts.fault_class) == ("echo", "v1", "r1", "cpu")
+    assert answer.facts.status == "finding" and "No incident" in answer.narrative.text
