@@ -196,23 +196,26 @@ def _configured(rows: list[dict[str, object]], digest: str) -> list[dict[str, ob
     return rows
 
 
-def test_a_regression_after_an_in_place_config_change_is_tied_to_it(store: Store) -> None:
-    # The same version throughout; its config changed in place 20 s ago (a user_config
-    # release), and its requests got 8x slower with it.
+def _slower_after(store: Store, digest: str) -> None:
+    """echo v1 at 50 ms with config aaaa1111 for 5 minutes, then 8x slower for the last 20 s
+    under config ``digest``."""
     add_spans(store, _configured([span(T0 - 300 * NS + k * NS // 5, 50) for k in range(1400)],
                                  "aaaa1111"))
     add_spans(store, _configured([span(T0 - 20 * NS + k * NS // 5, 400) for k in range(100)],
-                                 "bbbb2222"))
+                                 digest))
+
+
+def test_a_regression_after_an_in_place_config_change_is_tied_to_it(store: Store) -> None:
+    # The same version throughout; its config changed in place 20 s ago (a user_config
+    # release), and its requests got 8x slower with it.
+    _slower_after(store, "bbbb2222")
     [slow] = [f for f in trace_findings(store, T0, T) if f.entity.service == "echo"]
     assert slow.entity.version == "v1" and slow.change is not None
     assert "config changed in place" in slow.change and "bbbb2222" in slow.change
 
 
 def test_the_same_regression_with_no_change_behind_it_is_tied_to_none(store: Store) -> None:
-    add_spans(store, _configured([span(T0 - 300 * NS + k * NS // 5, 50) for k in range(1400)],
-                                 "aaaa1111"))
-    add_spans(store, _configured([span(T0 - 20 * NS + k * NS // 5, 400) for k in range(100)],
-                                 "aaaa1111"))
+    _slower_after(store, "aaaa1111")
     [slow] = [f for f in trace_findings(store, T0, T) if f.entity.service == "echo"]
     assert slow.change is None
 
@@ -221,10 +224,7 @@ def test_a_regression_that_came_with_a_change_is_found_inside_a_generous_slo(
         store: Store) -> None:
     # 8x slower after an in-place config change, yet within echo's 500 ms objective: a
     # regression tied to the change, not contention (which the floor is for).
-    add_spans(store, _configured([span(T0 - 300 * NS + k * NS // 5, 50) for k in range(1400)],
-                                 "aaaa1111"))
-    add_spans(store, _configured([span(T0 - 20 * NS + k * NS // 5, 400) for k in range(100)],
-                                 "bbbb2222"))
+    _slower_after(store, "bbbb2222")
     [slow] = [f for f in trace_findings(store, T0, T, slow_ms={"echo": 500})
               if f.entity.service == "echo"]
     assert slow.fault_class is FaultClass.LATENCY and slow.change is not None
