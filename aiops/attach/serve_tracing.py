@@ -61,6 +61,7 @@ _HANDLE_CALL = "route_to_replica"
 _PROXY_HTTP = "proxy_http_request"
 # Internal: the release epoch a span started in (ReleaseStamp); never leaves the process.
 _EPOCH = "aiops.serve.release_epoch"
+_ENDED_MAX = 4096
 _SERVE_SCOPE = "ray.serve"  # the tracer Serve's own spans come from
 _ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
@@ -109,16 +110,37 @@ def _replica_context() -> Any:
     return _get_internal_replica_context()  # type: ignore[no-untyped-call]
 
 
-def _release_key(ctx: Any) -> str:
-    """What a replica runs, as its context says: its deployment config without the scaling
-    fields (``user_config`` among the rest) and its code version. Equal keys, same release."""
-    cfg = getattr(ctx, "_deployment_config", None)
+def _release_key(ctx: Any, live: Any = None) -> str:
+    """What a replica runs: its deployment config without the scaling fields (``user_config``
+    among the rest) and its code version, read from the live replica where there is one (see
+    ``_live_replica``), else from its context. Equal keys, same release."""
+    src = live if live is not None else ctx
+    cfg = getattr(src, "_deployment_config", None)
     try:
         body = cfg.dict(exclude=set(SCALING_FIELDS) | {"user_configured_option_names"}) \
             if cfg is not None else None
     except Exception:  # noqa: BLE001 - a Serve that changed the model: compare what we can
         body = getattr(cfg, "user_config", None)
-    return repr((body, getattr(ctx, "code_version", None)))
+    code = getattr(getattr(live, "_version", None), "code_version", None) if live is not None \
+        else getattr(ctx, "code_version", None)
+    return repr((body, code))
+
+
+def _live_replica(ctx: Any) -> Any:
+    """The replica object behind a context, or None. Serve sets a replica's new
+    ``_deployment_config`` *before* it calls the app's ``reconfigure()`` and replaces the
+    context only after (ray/serve/_private/replica.py ``reconfigure``): a request that starts
+    between the two already runs the new ``user_config`` under the old context. The context's
+    handle-registration callback closes over the replica; read through it, the release is
+    known from the moment the app can act on it. Where Serve changes that shape: None, and
+    the context alone is read."""
+    callback = getattr(ctx, "_handle_registration_callback", None)
+    for cell in getattr(callback, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            obj = cell.cell_contents
+            if hasattr(obj, "_deployment_config") and hasattr(obj, "_version"):
+                return obj
+    return None
 
 
 class _Whoami:
@@ -137,7 +159,10 @@ class _Whoami:
         self._lock = threading.Lock()
         self._attrs: dict[str, Any] | None = None  # the current epoch's, once read
         self._by_epoch: dict[int, dict[str, Any]] = {}
+        self._ended: dict[int, int] = {}  # span id -> epoch it ended in (ReleaseStamp)
         self._ctx: Any = None
+        self._live: Any = None  # the replica behind self._ctx (None: read the context)
+        self._cfg: Any = None  # the live replica's deployment config object last keyed
         self._key: str | None = None
         self._epoch = 0
         self._read_epoch = -1  # the epoch _attrs was read for
@@ -150,15 +175,33 @@ class _Whoami:
         ctx = self._context()
         if ctx is None:
             return None
-        if ctx is self._ctx:
+        if ctx is not self._ctx:
+            self._live = _live_replica(ctx)
+        cfg = getattr(self._live, "_deployment_config", None)
+        if ctx is self._ctx and cfg is self._cfg:
             return self._epoch
-        key = _release_key(ctx)
+        key = _release_key(ctx, self._live)
         with self._lock:
-            if ctx is not self._ctx:
-                self._ctx = ctx
+            if ctx is not self._ctx or cfg is not self._cfg:
+                self._ctx, self._cfg = ctx, cfg
                 if key != self._key:
                     self._key, self._epoch = key, self._epoch + 1
             return self._epoch
+
+    def note_ended(self, span_id: int, epoch: int) -> None:
+        """A span ended in ``epoch``, another than it started in (rare: only spans in flight
+        across an in-place release; bounded in case such a span is never exported)."""
+        with self._lock:
+            self._ended[span_id] = epoch
+            while len(self._ended) > _ENDED_MAX:
+                self._ended.pop(next(iter(self._ended)))
+
+    def ended(self, span_id: int) -> int | None:
+        """The epoch a span ended in where it differs from its start's; forgotten once read."""
+        if not self._ended:
+            return None
+        with self._lock:
+            return self._ended.pop(span_id, None)
 
     def attributes(self, epoch: int | None = None) -> dict[str, Any]:
         """The resource attributes of spans started in ``epoch`` (None: now)."""
@@ -231,7 +274,9 @@ class _Whoami:
 class ReleaseStamp(SpanProcessor):
     """Stamps each span, as it starts, with its replica's release epoch (``_Whoami.epoch``):
     a request that began before an in-place release is the old release's, one that began
-    after is the new one's, whenever their batch is exported."""
+    after is the new one's, whenever their batch is exported. A span that ends in another
+    epoch than it started (in flight across an in-place release) is noted: if it failed, the
+    failure was raised by the release that ran when it ended (``_Whoami.ended``)."""
 
     def __init__(self, whoami: _Whoami) -> None:
         self._whoami = whoami
@@ -243,6 +288,16 @@ class ReleaseStamp(SpanProcessor):
                 span.set_attribute(_EPOCH, epoch)
         except Exception:  # the hot path never raises into Serve
             log.debug("aiops tracing: cannot stamp a span's release", exc_info=True)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            started = (span.attributes or {}).get(_EPOCH)
+            if isinstance(started, int):
+                now = self._whoami.epoch()
+                if now is not None and now != started and span.context is not None:
+                    self._whoami.note_ended(span.context.span_id, now)
+        except Exception:  # the hot path never raises into Serve
+            log.debug("aiops tracing: cannot note a span's end release", exc_info=True)
 
 
 class ServeSpanExporter(SpanExporter):
@@ -261,6 +316,9 @@ class ServeSpanExporter(SpanExporter):
             for span in spans:
                 raw = (span.attributes or {}).get(_EPOCH)
                 epoch = raw if isinstance(raw, int) else None
+                ended = self.whoami.ended(span.context.span_id) if span.context else None
+                if ended is not None and _fails(span):
+                    epoch = ended
                 if epoch not in identity:
                     identity[epoch] = self.whoami.attributes(epoch)
                 out.append(_rewrite(span, identity[epoch], merged, epoch))
@@ -292,6 +350,10 @@ def _failed(span: ReadableSpan) -> str | None:
             if kind and "Cancelled" not in kind:
                 return kind
     return None
+
+
+def _fails(span: ReadableSpan) -> bool:
+    return span.status.status_code is StatusCode.ERROR or _failed(span) is not None
 
 
 def _serves(span: ReadableSpan) -> bool:

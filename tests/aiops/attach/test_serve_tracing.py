@@ -184,6 +184,89 @@ def test_an_in_place_user_config_release_names_spans_started_after_it_at_once() 
                for s in sent.get_finished_spans())
 
 
+def _stack(whoami: _Whoami) -> tuple[Any, InMemorySpanExporter, TracerProvider]:
+    sent = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(ReleaseStamp(whoami))
+    provider.add_span_processor(SimpleSpanProcessor(ServeSpanExporter(sent, whoami)))
+    return provider.get_tracer("ray.serve._private.tracing_utils"), sent, provider
+
+
+def test_a_request_that_fails_after_an_in_place_release_is_the_new_releases_failure() -> None:
+    """In place, a request in flight runs the new ``user_config`` from the moment it is
+    applied: if it fails, the failure is the release that raised it; if it succeeds, its
+    time stays with the release it started under."""
+    context_box[0] = _replica_context(0.0)
+    tracer, sent, provider = _stack(_Releases({0.0: "cfg-good", 0.3: "cfg-bad"}))
+    with tracer.start_as_current_span("replica_handle_request Scorer __call__",
+                                      kind=SpanKind.SERVER):
+        pass  # traffic before the release
+    failing = tracer.start_span("replica_handle_request Scorer __call__", kind=SpanKind.SERVER)
+    fine = tracer.start_span("replica_handle_request Scorer __call__", kind=SpanKind.SERVER)
+    context_box[0] = _replica_context(0.3)
+    failing.record_exception(RuntimeError("scorer model failed"))
+    failing.end()
+    fine.end()
+    provider.shutdown()
+    got = [(s.status.status_code, s.resource.attributes["service.version"])
+           for s in sent.get_finished_spans()]
+    assert got == [(StatusCode.UNSET, "cfg-good"), (StatusCode.ERROR, "cfg-bad"),
+                   (StatusCode.UNSET, "cfg-good")]
+
+
+class _Replica:
+    """What Serve's replica keeps that the context copies (ReplicaBase._deployment_config,
+    ._version): Serve sets them first, calls the app's reconfigure(), then a new context."""
+
+    def __init__(self, error_rate: float) -> None:
+        from ray.serve._private.config import DeploymentConfig
+        self._deployment_config = DeploymentConfig(user_config={"error_rate": error_rate})
+        self._version = type("Version", (), {"code_version": "c1"})()
+
+    def context(self) -> Any:
+        from ray.serve._private.common import DeploymentID, ReplicaID
+        from ray.serve.context import ReplicaContext
+
+        def register_handle_callback(deployment_id: Any) -> None:  # Serve's closure shape
+            self._registered = deployment_id
+
+        return ReplicaContext(replica_id=ReplicaID("r1", DeploymentID("Scorer", "shop")),
+                              servable_object=None,  # type: ignore[arg-type]
+                              _deployment_config=self._deployment_config,
+                              rank=None,  # type: ignore[arg-type]
+                              world_size=1,
+                              _handle_registration_callback=register_handle_callback,
+                              code_version="c1")
+
+
+def test_a_request_between_the_apps_reconfigure_and_the_new_context_is_the_new_release() -> None:
+    from ray.serve._private.config import DeploymentConfig
+
+    replica = _Replica(0.0)
+    context_box[0] = replica.context()
+    whoami = _Releases({0.0: "cfg-good", 0.3: "cfg-bad"})
+    whoami._read = lambda before, keep_version=True: {  # type: ignore[method-assign]
+        "service.name": "shop.Scorer",
+        "service.version": whoami.releases[replica._deployment_config.user_config["error_rate"]]}
+    tracer, sent, provider = _stack(whoami)
+    with tracer.start_as_current_span("replica_handle_request Scorer __call__",
+                                      kind=SpanKind.SERVER):
+        pass
+    # `serve deploy` with a new user_config: the replica holds it and the app's reconfigure()
+    # has run; Serve has not replaced the context yet.
+    replica._deployment_config = DeploymentConfig(user_config={"error_rate": 0.3})
+    with tracer.start_as_current_span("replica_handle_request Scorer __call__",
+                                      kind=SpanKind.SERVER) as span:
+        span.record_exception(RuntimeError("scorer model failed"))
+    context_box[0] = replica.context()
+    with tracer.start_as_current_span("replica_handle_request Scorer __call__",
+                                      kind=SpanKind.SERVER):
+        pass
+    provider.shutdown()
+    versions = [s.resource.attributes["service.version"] for s in sent.get_finished_spans()]
+    assert versions == ["cfg-good", "cfg-bad", "cfg-bad"]
+
+
 def test_proxy_spans_are_named_by_route_not_by_url() -> None:
     made = InMemorySpanExporter()
     provider = TracerProvider()
