@@ -120,6 +120,10 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest accepted OTLP request body, before and after gzip (HTTP 413 above).",
     )
+    remote_write_max_samples: int = Field(
+        200_000, ge=1, description="Most samples one Prometheus remote write request may "
+        "carry (Prometheus sends `max_samples_per_send`, 2,000 by default); past it 413. Rows "
+        "are charged to the ingest budget per sample, not per compressed byte.")
     duckdb_memory_mb: int = Field(
         1024, ge=64, description="DuckDB's buffer pool limit (cached database blocks; beyond "
         "it DuckDB evicts to disk).")

@@ -10,9 +10,14 @@ and every other series a gauge (1.0 carries no type per series; histogram and su
 arrive as their ``_bucket``/``_sum``/``_count`` series and are kept so).
 
 Answers, as Prometheus' retry rules expect: 204 stored; 400 malformed (not retried); 413 over
-``max_body_bytes`` compressed or decompressed (the snappy header's length is checked before
-decompressing); 503 with ``Retry-After`` when ingest buffers are full or the store is
-unavailable (retried).
+``max_body_bytes`` compressed or decompressed, over ``MAX_RATIO`` times its compressed size
+(the snappy header's length is checked before decompressing), or over ``max_samples`` samples or
+series (counted once parsed, before any row is built); 503 with ``Retry-After`` when ingest buffers
+are full or the store is unavailable (retried).
+
+A request is charged on what it becomes, not on its wire size: ``PARSE_FACTOR`` times its
+decompressed size before it is parsed, then ``ROW_BYTES`` per sample before its rows are
+built (a 0.75 MiB body of empty samples is 8M rows; charged by the wire, it would pass).
 """
 
 from __future__ import annotations
@@ -33,13 +38,22 @@ from google.protobuf.message import Message
 from aiops.errors import DecodeError, PayloadTooLarge, StoreError
 from aiops.schema import METRIC_POINTS
 from collectors.otlp.credential import stamp
-from collectors.otlp.export import WORKING_SET_FACTOR, Charge, ReceiverMetrics
+from collectors.otlp.export import Charge, ReceiverMetrics
 from collectors.otlp.writer import BatchWriter, MemoryBudget, Overloaded, Unstorable
 
-__all__ = ["WriteRequest", "make_router", "to_table"]
+__all__ = ["MAX_RATIO", "MAX_SAMPLES", "WriteRequest", "make_router", "to_table"]
 
 log = logging.getLogger(__name__)
 SCOPE = "aiops.remote_write"
+# A snappy block cannot expand past about 21x (its longest copy: 64 bytes for a 3-byte tag), so
+# a header announcing more is a lie, refused before anything is decompressed.
+MAX_RATIO = 32
+# Samples in one request: Prometheus sends max_samples_per_send (2,000 by default) per request.
+MAX_SAMPLES = 200_000
+# Memory of a parsed request per decompressed byte (protobuf objects: a sample of 2 bytes on
+# the wire is a message of tens of bytes), and of one sample's row on its way to Arrow.
+PARSE_FACTOR = 16
+ROW_BYTES = 256
 
 
 def _write_request_class() -> type[Message]:
@@ -127,11 +141,16 @@ def to_table(request: Message) -> tuple[pa.Table, int]:
     return pa.Table.from_pydict(cols, schema=wire.arrow_schema), left_out
 
 
-def _decode(body: bytes, limit: int) -> tuple[pa.Table, int]:
+def _decode(body: bytes, limit: int, charge: Charge, max_samples: int = MAX_SAMPLES
+            ) -> tuple[pa.Table, int]:
     size = _uncompressed_length(body)
     if size > limit:
         raise PayloadTooLarge(f"decompressed body of {size} bytes exceeds the limit of "
                               f"{limit} bytes")
+    if size > MAX_RATIO * max(len(body), 1):
+        raise PayloadTooLarge(f"body decompresses {size / max(len(body), 1):.0f}x (to {size} "
+                              f"bytes); the limit is {MAX_RATIO}x")
+    charge.grow_to(PARSE_FACTOR * size)
     try:
         raw = bytes(cramjam.snappy.decompress_raw(body))
     except cramjam.DecompressionError as exc:
@@ -141,17 +160,25 @@ def _decode(body: bytes, limit: int) -> tuple[pa.Table, int]:
         request.ParseFromString(raw)
     except ProtoDecodeError as exc:
         raise DecodeError(f"body is not a remote write 1.0 WriteRequest: {exc}") from exc
+    del raw
+    series = len(request.timeseries)
+    samples = sum(len(s.samples) for s in request.timeseries)
+    if max(samples, series) > max_samples:
+        raise PayloadTooLarge(f"{samples} samples in {series} series in one request; the "
+                              f"limit is {max_samples} of either (lower Prometheus' "
+                              f"queue_config.max_samples_per_send)")
+    charge.grow_to(PARSE_FACTOR * size + ROW_BYTES * samples)
     return to_table(request)
 
 
 def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
-                metrics: ReceiverMetrics) -> APIRouter:
+                metrics: ReceiverMetrics, max_samples: int = MAX_SAMPLES) -> APIRouter:
     router = APIRouter()
 
     async def write(request: Request) -> Response:
         principal = getattr(request.state, "principal", None)
-        charge = Charge(budget, f"{getattr(principal, 'name', '?')}@"
-                                f"{request.client.host if request.client else '?'}")
+        charge = Charge(budget, getattr(principal, "name", ""),
+                        request.client.host if request.client else "?")
         code = 204
         try:
             content_type = request.headers.get("content-type", "").lower()
@@ -167,8 +194,8 @@ def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
                 charge.add(len(chunk))
                 chunks.append(chunk)
             body = b"".join(chunks)
-            charge.grow_to(WORKING_SET_FACTOR * len(body))
-            table, left_out = await run_in_threadpool(_decode, body, max_body_bytes)
+            table, left_out = await run_in_threadpool(_decode, body, max_body_bytes, charge,
+                                                      max_samples)
             tables = {"metric_points": table}
             unbound, _ = stamp(tables, principal)  # a credential bound to services, as OTLP
             left_out += unbound

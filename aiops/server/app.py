@@ -100,7 +100,9 @@ def _grpc_receiver(settings: Settings, writer: BatchWriter, budget: MemoryBudget
     if settings.server_tls_cert is not None and settings.server_tls_key is not None:
         tls = (settings.server_tls_key.read_bytes(), settings.server_tls_cert.read_bytes())
     return GrpcReceiver(GrpcOptions(settings.server_host, settings.otlp_grpc_port,
-                                    settings.max_body_bytes, tls),
+                                    settings.max_body_bytes, tls,
+                                    max_connections=settings.server_max_connections,
+                                    read_timeout_s=settings.ingest_read_timeout_s),
                         writer, budget, authenticator, metrics, refused)
 
 
@@ -203,7 +205,8 @@ def create_app(settings: Settings, store: Store,
                                    read_timeout_s=settings.ingest_read_timeout_s),
                        dependencies=[guards("ingest")])
     app.include_router(remote_write_router(writer, budget, settings.max_body_bytes,
-                                           receiver_metrics), dependencies=[guards("ingest")])
+                                           receiver_metrics, settings.remote_write_max_samples),
+                       dependencies=[guards("ingest")])
     app.include_router(chatops_router(agents, guards))
     app.include_router(sql_router(pool, settings, guards("viewer"), registry))
     Gauge("aiops_ingest_buffer_bytes", "Bytes of request bodies and decoded batches in "

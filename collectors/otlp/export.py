@@ -41,23 +41,32 @@ PROVENANCE_DENIED = "provenance records need the serving stack's credential"
 
 class Charge:
     """What one request holds of the ingest budget: the bytes of its body as they arrive,
-    then its decoding working set; all of it goes back with ``release``."""
+    then its decoding working set; all of it goes back with ``release``. Counted against the
+    request's source address and, for a named caller, its principal (a token's share is the
+    same from every address)."""
 
-    def __init__(self, budget: MemoryBudget, client: str = "") -> None:
-        self.budget, self.client = budget, client
+    def __init__(self, budget: MemoryBudget, principal: str = "", source: str = "") -> None:
+        self.budget, self.source = budget, source
+        self.principal = "" if principal in ("", "?", "anonymous") else principal
         self.held = 0
 
     def add(self, n: int) -> None:
-        self.budget.acquire(n, held=self.held, client=self.client)
+        self.budget.acquire(n, held=self.held, source=self.source, principal=self.principal)
         self.held += n
 
     def grow_to(self, n: int) -> None:
         if n > self.held:
             self.add(n - self.held)
 
+    def shrink_to(self, n: int) -> None:
+        """Give back what is held over ``n`` (a reservation trued up to what arrived)."""
+        if n < self.held:
+            self.budget.release(self.held - n, self.source, self.principal)
+            self.held = n
+
     def release(self) -> None:
         if self.held:
-            self.budget.release(self.held, self.client)
+            self.budget.release(self.held, self.source, self.principal)
             self.held = 0
 
 

@@ -15,7 +15,19 @@ Status codes, per the OTLP specification's retry rules:
   ``RetryInfo`` (not retried);
 * ingest buffers full, store unavailable, shutting down: ``UNAVAILABLE`` with a
   ``google.rpc.RetryInfo`` of one second (retried);
-* records left out (bound credential, provenance): ``OK`` with ``partial_success``.
+* records left out (bound credential, provenance): ``OK`` with ``partial_success``;
+* no message at all: ``INVALID_ARGUMENT``; a message not all there within ``read_timeout_s``:
+  ``DEADLINE_EXCEEDED`` (its reservation back).
+
+Nothing of a message is buffered for a caller before it is admitted. The methods are served
+as client-streaming on the wire (a unary call is one message on one HTTP/2 stream either
+way): the handler runs when the call's metadata arrives, before any message is read, so a
+refused caller is answered without its message being asked for (HTTP/2 flow control then
+holds the sender to the small initial window: ``lookahead_bytes``, with BDP probing off so
+the window does not grow on its own); an admitted caller first reserves ``max_message_bytes``
+of the ingest budget (its principal's fair share bounds how many it may have open), then
+reads, and the reservation is trued up to what arrived. A stream that declares a large message
+and stalls holds only what it reserved, and only until ``read_timeout_s``.
 """
 
 from __future__ import annotations
@@ -61,6 +73,12 @@ class GrpcOptions:
     handshake_s: float = 10.0
     idle_s: float = 60.0
     max_age_s: float = 300.0
+    # Connections open at once on this port (past it gRPC closes new ones at accept); the
+    # HTTP/2 window a stream gets before its message is asked for; the time a message has to
+    # arrive once it is.
+    max_connections: int = 1024
+    lookahead_bytes: int = 16 * 1024
+    read_timeout_s: float = 10.0
 
 
 def _status_details(code: grpc.StatusCode, message: str, retry_s: int | None
@@ -100,8 +118,9 @@ def _refusal(authenticator: Authenticator, metadata: Any
 
 
 class _Gate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Refuses a call from its metadata alone: unknown methods and callers without the
-    ingest role never reach the service (their message is not decoded)."""
+    """Refuses a call from its metadata alone: callers without the ingest role never reach
+    the service, and their message is never asked for (a client-streaming handler that
+    aborts before it reads)."""
 
     def __init__(self, authenticator: Authenticator, refused: Callable[[str], None]) -> None:
         self.authenticator, self.refused = authenticator, refused
@@ -116,11 +135,19 @@ class _Gate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         else:
             return await continuation(details)  # gRPC answers UNIMPLEMENTED itself
 
-        async def deny(_request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        async def deny(_requests: Any, context: grpc.aio.ServicerContext) -> bytes:
             await context.abort(code, message)
             raise AssertionError("unreachable")  # abort raises
 
-        return grpc.unary_unary_rpc_method_handler(deny)
+        return grpc.stream_unary_rpc_method_handler(deny)
+
+
+class _NoMessage(AIOpsError):
+    """The call ended without a message."""
+
+
+class _TooSlow(AIOpsError):
+    """The message did not arrive within the read deadline."""
 
 
 class GrpcReceiver:
@@ -140,8 +167,18 @@ class GrpcReceiver:
 
     # -- the service ------------------------------------------------------------------------
 
-    async def _export(self, signal: str, request: bytes, context: grpc.aio.ServicerContext
-                      ) -> bytes:
+    async def _read(self, context: grpc.aio.ServicerContext) -> bytes:
+        """The call's one message, within the read deadline."""
+        try:
+            message = await asyncio.wait_for(context.read(), self.options.read_timeout_s)
+        except TimeoutError:
+            raise _TooSlow(f"the message did not arrive within "
+                           f"{self.options.read_timeout_s:g} s") from None
+        if message is grpc.aio.EOF:
+            raise _NoMessage("the call carried no message: send one Export request")
+        return bytes(message)
+
+    async def _export(self, signal: str, context: grpc.aio.ServicerContext) -> bytes:
         started = time.perf_counter()
         principal, code, message = _refusal(self.authenticator, context.invocation_metadata())
         if principal is None:
@@ -149,15 +186,23 @@ class GrpcReceiver:
             await context.abort(code, message)
         peer = context.peer() or "?"  # ipv4:127.0.0.1:50514, ipv6:[::1]:50514
         host = peer.split(":", 1)[-1].rsplit(":", 1)[0]
-        charge = Charge(self.budget, f"{principal.name if principal else '?'}@{host}")
+        charge = Charge(self.budget, principal.name if principal else "?", host)
         status, retry = grpc.StatusCode.OK, None
         try:
-            charge.add(len(request))
+            # Reserve what the message may be before asking for it (the transport then opens
+            # the stream's window to the size the message declares), true up once it is here.
+            charge.add(self.options.max_message_bytes)
+            request = await self._read(context)
+            charge.shrink_to(len(request))
             reply = await export(signal, request, "protobuf", principal, self.writer, charge,
                                  self.metrics)
             return bytes(reply.SerializeToString())
         except Overloaded as exc:
             status, retry, message = grpc.StatusCode.UNAVAILABLE, RETRY_AFTER_S, str(exc)
+        except _NoMessage as exc:
+            status, message = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+        except _TooSlow as exc:
+            status, message = grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)
         except (DecodeError, Unstorable) as exc:
             status, message = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
         except PayloadTooLarge as exc:
@@ -176,11 +221,12 @@ class GrpcReceiver:
 
     def _handlers(self) -> list[grpc.GenericRpcHandler]:
         def handler(signal: str) -> grpc.RpcMethodHandler:
-            async def call(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-                return await self._export(signal, request, context)
+            async def call(_requests: Any, context: grpc.aio.ServicerContext) -> bytes:
+                return await self._export(signal, context)
 
             # No (de)serializers: the message's bytes go to aiops' own decoder as they came.
-            return grpc.unary_unary_rpc_method_handler(call)
+            # Client-streaming: the handler runs before the message is read (see above).
+            return grpc.stream_unary_rpc_method_handler(call)
 
         return [grpc.method_handlers_generic_handler(SERVICES[s], {"Export": handler(s)})
                 for s in SIGNALS]
@@ -221,6 +267,9 @@ class GrpcReceiver:
             ("grpc.max_connection_idle_ms", int(o.idle_s * ms)),
             ("grpc.max_connection_age_ms", int(o.max_age_s * ms)),
             ("grpc.max_connection_age_grace_ms", 30 * ms),
+            ("grpc.max_allowed_incoming_connections", o.max_connections),
+            ("grpc.http2.lookahead_bytes", o.lookahead_bytes),
+            ("grpc.http2.bdp_probe", 0),
             ("grpc.so_reuseport", 0),  # a second server on the port is an error, not a share
         ])
         server.add_generic_rpc_handlers(self._handlers())

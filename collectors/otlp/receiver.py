@@ -110,9 +110,9 @@ def make_router(writer: BatchWriter, budget: MemoryBudget, max_body_bytes: int,
         encoding = "json"
         # Set by the auth layer; only the serving stack's credential may write provenance.
         principal = getattr(request.state, "principal", None)
-        # A client is a credential at an address: its share of the budget is bounded.
-        charge = Charge(budget, f"{getattr(principal, 'name', '?')}@"
-                                f"{request.client.host if request.client else '?'}")
+        # Its share of the budget is bounded per address and per named principal.
+        charge = Charge(budget, getattr(principal, "name", ""),
+                        request.client.host if request.client else "?")
         try:
             encoding = _encoding(request.headers.get("content-type"))
             raw = await _receive(request, max_body_bytes, charge, read_timeout_s)

@@ -28,7 +28,8 @@ from aiops.schema import table
 from aiops.store import Store
 from aiops.store_conform import mergeable
 
-__all__ = ["CLIENT_SHARE", "BatchWriter", "MemoryBudget", "Overloaded", "Unstorable"]
+__all__ = ["CLIENT_SHARE", "PRINCIPAL_SHARE", "SOURCE_SHARE", "BatchWriter", "MemoryBudget",
+           "Overloaded", "Unstorable"]
 
 log = logging.getLogger(__name__)
 
@@ -41,44 +42,58 @@ class Unstorable(AIOpsError):
     """A request's rows cannot be stored as they are (alone, not for want of the store)."""
 
 
-# The most of the budget one client (credential and address) may hold at once: stalled or
-# huge uploads of one client leave the other half to everyone else.
-CLIENT_SHARE = 0.5
+# The most of the budget one source address, and one named principal (a token, from however
+# many addresses), may hold at once: a stalled or huge upload of one source leaves half to
+# everyone else, and two tokens together leave half too. One request alone may exceed them
+# (a large body is never refused forever), not two.
+SOURCE_SHARE = 0.5
+PRINCIPAL_SHARE = 0.25
+CLIENT_SHARE = SOURCE_SHARE  # the older name
 
 
 class MemoryBudget:
-    def __init__(self, limit_bytes: int, client_share: float = CLIENT_SHARE) -> None:
+    def __init__(self, limit_bytes: int, source_share: float = SOURCE_SHARE,
+                 principal_share: float = PRINCIPAL_SHARE) -> None:
         self.limit = limit_bytes
-        self.client_limit = int(limit_bytes * client_share)
+        self.source_limit = int(limit_bytes * source_share)
+        self.principal_limit = int(limit_bytes * principal_share)
         self.used = 0
         self.peak = 0
-        self._by_client: dict[str, int] = defaultdict(int)
+        self._held: dict[str, int] = defaultdict(int)  # "s:<address>", "p:<principal>"
         self._lock = threading.Lock()
 
-    def acquire(self, n: int, held: int = 0, client: str = "") -> None:
-        """Take ``n`` bytes more for a caller (of ``client``) that already holds ``held``."""
+    def acquire(self, n: int, held: int = 0, source: str = "", principal: str = "") -> None:
+        """Take ``n`` bytes more for a request from ``source`` by ``principal`` (empty: not
+        counted apart, as the anonymous principal) that already holds ``held``."""
         with self._lock:
-            # One request alone (holding all that is in use) may always proceed, so a large
-            # body is never refused forever.
             if self.used > held and self.used + n > self.limit:
                 raise Overloaded(f"ingest buffers are full ({self.used >> 20} MiB of "
                                  f"{self.limit >> 20} MiB in use); retry later")
-            mine = self._by_client[client]
-            if client and mine > held and mine + n > self.client_limit:
-                raise Overloaded(f"this client holds {mine >> 20} MiB of ingest buffers, "
-                                 f"its share of {self.client_limit >> 20} MiB; retry later")
+            for key, cap, who in ((f"s:{source}", self.source_limit, "this address"),
+                                  (f"p:{principal}", self.principal_limit, "this token")):
+                if key.endswith(":"):
+                    continue
+                mine = self._held[key]
+                if mine > held and mine + n > cap:
+                    raise Overloaded(f"{who} holds {mine >> 20} MiB of ingest buffers, its "
+                                     f"share of {cap >> 20} MiB; retry later")
             self.used += n
-            self._by_client[client] = mine + n
+            for key in (f"s:{source}", f"p:{principal}"):
+                if not key.endswith(":"):
+                    self._held[key] += n
             self.peak = max(self.peak, self.used)
 
-    def release(self, n: int, client: str = "") -> None:
+    def release(self, n: int, source: str = "", principal: str = "") -> None:
         with self._lock:
             self.used -= n
-            left = self._by_client[client] - n
-            if left > 0:
-                self._by_client[client] = left
-            else:
-                del self._by_client[client]
+            for key in (f"s:{source}", f"p:{principal}"):
+                if key.endswith(":"):
+                    continue
+                left = self._held[key] - n
+                if left > 0:
+                    self._held[key] = left
+                else:
+                    self._held.pop(key, None)
 
 
 @dataclass

@@ -93,11 +93,11 @@ def test_full_buffers_are_503_with_retry_after(server: tuple[RunningServer, str]
     srv, token = server
     body = write_request(({"__name__": "x", "job": "j"}, [(1.0, int(time.time() * 1000))]))
     budget: MemoryBudget = APPS[srv.url].state.budget
-    budget.acquire(budget.limit, client="others")
+    budget.acquire(budget.limit, source="others")
     try:
         r = post(srv, body, token)
     finally:
-        budget.release(budget.limit, client="others")
+        budget.release(budget.limit, source="others")
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
     assert post(srv, body, token).status_code == 204
 

@@ -58,7 +58,8 @@ def receiver(tmp_path: Path) -> Iterator[Grpc]:
     """The real server, tokens required even on loopback, a 64 KiB message cap."""
     settings = load_settings(data_dir=tmp_path / "data", server_port=free_port(),
                              otlp_grpc_port=free_port(), scrape_targets="",
-                             anonymous_on_loopback=False, max_body_bytes=MAX_MESSAGE)
+                             anonymous_on_loopback=False, max_body_bytes=MAX_MESSAGE,
+                             ingest_read_timeout_s=2.0)
     token_store = TokenStore(settings.data_dir / TOKENS_FILE)
     tokens = {"ingest": token_store.add("exporter", None),
               "viewer": token_store.add("grafana", Role.VIEWER),
@@ -112,11 +113,11 @@ def test_a_message_over_the_cap_is_resource_exhausted_compressed_or_not(
 
 def test_full_ingest_buffers_are_unavailable_with_a_retry_delay(receiver: Grpc) -> None:
     budget: MemoryBudget = receiver.app.state.budget
-    budget.acquire(budget.limit, client="others")  # other exports hold every buffer
+    budget.acquire(budget.limit, source="others")  # other exports hold every buffer
     try:
         err = refusal(lambda: receiver.call("traces", traces(span()), receiver.tokens["ingest"]))
     finally:
-        budget.release(budget.limit, client="others")
+        budget.release(budget.limit, source="others")
     assert err.code() == grpc.StatusCode.UNAVAILABLE and "retry" in (err.details() or "")
     [details] = [v for k, v in err.trailing_metadata() or () if k == "grpc-status-details-bin"]
     status = status_pb2.Status.FromString(details)
@@ -171,6 +172,190 @@ def test_a_connection_that_never_speaks_is_closed(tmp_path: Path) -> None:
                 pass
             assert time.monotonic() - started < 10
     finally:
+        receiver.close()
+        writer.close()
+        store.close()
+
+
+class _Wire:
+    """A raw HTTP/2 connection to the gRPC port, as an attacker (or a broken client) drives
+    it: streams opened, message bytes sent only as the server's flow control allows."""
+
+    def __init__(self, target: str) -> None:
+        import h2.config
+        import h2.connection
+
+        host, port = target.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)))
+        self.sock.settimeout(0.05)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.ended: dict[int, dict[str, str]] = {}  # stream -> its trailers (or headers)
+        self.flush()
+
+    def flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def open(self, signal: str, token: str | None = None, end: bool = False) -> int:
+        stream = self.conn.get_next_available_stream_id()
+        headers = [(":method", "POST"), (":scheme", "http"), (":path",
+                   f"/{SERVICES[signal]}/Export"), (":authority", "aiops"),
+                   ("content-type", "application/grpc"), ("te", "trailers")]
+        if token:
+            headers.append(("authorization", f"Bearer {token}"))
+        self.conn.send_headers(stream, headers, end_stream=end)
+        self.flush()
+        return stream
+
+    def send(self, stream: int, data: bytes) -> int:
+        """As much of ``data`` as the stream's window takes now; how much that was."""
+        if stream in self.ended:
+            return 0
+        n = min(len(data), self.conn.local_flow_control_window(stream),
+                self.conn.max_outbound_frame_size)
+        if n > 0:
+            self.conn.send_data(stream, data[:n])
+            self.flush()
+        return n
+
+    def pump(self, seconds: float) -> None:
+        """Read what the server sends for ``seconds`` (answers, window updates)."""
+        import h2.events
+
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                return
+            for event in self.conn.receive_data(chunk):
+                if isinstance(event, h2.events.TrailersReceived | h2.events.ResponseReceived):
+                    fields = {(k.decode() if isinstance(k, bytes) else k):
+                              (v.decode() if isinstance(v, bytes) else v)
+                              for k, v in event.headers}
+                    if "grpc-status" in fields:
+                        self.ended[event.stream_id] = fields
+                elif isinstance(event, h2.events.StreamReset):
+                    self.ended.setdefault(event.stream_id, {"reset": str(event.error_code)})
+            self.flush()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _prefix(length: int) -> bytes:
+    """gRPC's message prefix: not compressed, then the length the message declares."""
+    return b"\x00" + length.to_bytes(4, "big")
+
+
+def test_a_refused_callers_message_is_never_asked_for(receiver: Grpc) -> None:
+    """Streams with no token that declare the largest message and keep sending: each is
+    answered UNAUTHENTICATED from its metadata, and none is let send more than its small
+    initial window, so refused callers cost the server next to nothing."""
+    wire = _Wire(receiver.target)
+    try:
+        streams = [wire.open("logs") for _ in range(16)]
+        body = _prefix(MAX_MESSAGE) + b"\x00" * MAX_MESSAGE
+        sent = dict.fromkeys(streams, 0)
+        for _ in range(6):
+            for s in streams:
+                sent[s] += wire.send(s, body[sent[s]:])
+            wire.pump(0.3)
+        assert {s: wire.ended.get(s, {}).get("grpc-status") for s in streams} == \
+            dict.fromkeys(streams, str(grpc.StatusCode.UNAUTHENTICATED.value[0]))
+        assert max(sent.values()) <= 64 * 1024, sent  # never the 64 KiB message in full
+    finally:
+        wire.close()
+    assert receiver.app.state.budget.used == 0
+
+
+def test_an_admitted_stream_that_stalls_holds_its_reservation_only_until_the_deadline(
+        receiver: Grpc) -> None:
+    """An ingest token's stream declares the largest message, sends half and stalls: it holds
+    at most that message of the budget, its token's share bounds how many such streams it
+    may hold, and at the read deadline it is answered DEADLINE_EXCEEDED and holds nothing."""
+    budget: MemoryBudget = receiver.app.state.budget
+    wire = _Wire(receiver.target)
+    try:
+        stream = wire.open("logs", receiver.tokens["ingest"])
+        half = _prefix(MAX_MESSAGE) + b"\x00" * (MAX_MESSAGE // 2)
+        sent = 0
+        for _ in range(20):
+            sent += wire.send(stream, half[sent:])
+            if sent == len(half):
+                break
+            wire.pump(0.05)
+        assert sent == len(half)
+        assert 0 < budget.used <= MAX_MESSAGE, (budget.used, wire.ended)
+        wire.pump(4.0)  # the fixture's read deadline is 2 s
+        assert wire.ended[stream]["grpc-status"] == str(
+            grpc.StatusCode.DEADLINE_EXCEEDED.value[0]), wire.ended
+        assert budget.used == 0
+    finally:
+        wire.close()
+    # The receiver is fine afterwards.
+    reply = ExportTraceServiceResponse.FromString(
+        receiver.call("traces", traces(span()), receiver.tokens["ingest"]))
+    assert reply.partial_success.rejected_spans == 0
+
+
+def test_a_call_with_no_message_is_answered_invalid_argument(receiver: Grpc) -> None:
+    wire = _Wire(receiver.target)
+    try:
+        stream = wire.open("traces", receiver.tokens["ingest"], end=True)
+        wire.pump(2.0)
+        assert wire.ended[stream]["grpc-status"] == str(
+            grpc.StatusCode.INVALID_ARGUMENT.value[0]), wire.ended
+        assert "no message" in wire.ended[stream]["grpc-message"]
+    finally:
+        wire.close()
+
+
+def test_connections_past_the_cap_are_closed_at_once(tmp_path: Path) -> None:
+    """Past ``max_connections`` open on the port, a new connection is closed as it comes (an
+    attacker cannot fill the process' descriptors through it); one that was held gets its
+    slot back when it goes."""
+    store = Store(tmp_path / "t.duckdb")
+    writer = BatchWriter(store)
+    receiver = GrpcReceiver(
+        GrpcOptions("127.0.0.1", free_port(), MAX_MESSAGE, max_connections=4), writer,
+        MemoryBudget(2**20), Authenticator(TokenStore(tmp_path / "tokens.json"), lambda: "",
+                                           anonymous=True),
+        ReceiverMetrics(CollectorRegistry()))
+    port = receiver.start()
+
+    def closed_at_once(sock: socket.socket) -> bool:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        sock.settimeout(1.0)
+        try:
+            while sock.recv(1024):  # the server's SETTINGS, if it keeps the connection
+                pass
+            return True
+        except TimeoutError:
+            return False  # still open
+        except ConnectionResetError:
+            return True
+
+    held: list[socket.socket] = []
+    try:
+        for _ in range(4):
+            held.append(socket.create_connection(("127.0.0.1", port)))
+            assert not closed_at_once(held[-1])
+        extra = socket.create_connection(("127.0.0.1", port))
+        held.append(extra)
+        assert closed_at_once(extra)
+        held.pop(0).close()
+        time.sleep(0.5)
+        again = socket.create_connection(("127.0.0.1", port))
+        held.append(again)
+        assert not closed_at_once(again)
+    finally:
+        for sock in held:
+            sock.close()
         receiver.close()
         writer.close()
         store.close()

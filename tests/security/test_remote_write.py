@@ -15,6 +15,7 @@ import pytest
 from aiops.auth import TOKENS_FILE, Role, TokenStore
 from aiops.bench.common import free_port
 from aiops.config import load_settings
+from aiops.errors import PayloadTooLarge
 from aiops.server.app import create_app
 from aiops.store import Store
 from tests.collectors.test_remote_write import MAX_BODY, post, server, write_request
@@ -80,3 +81,46 @@ def test_a_stalled_write_gets_408_within_the_read_deadline(tmp_path: Path) -> No
             assert time.monotonic() - started < 5
     finally:
         store.close()
+
+
+def _empty_samples(n: int) -> bytes:
+    """One series of ``n`` samples at value 0 and time 0: two bytes each on the wire, a row
+    each once stored (how a 0.75 MiB body became 8.4M rows)."""
+    return write_request(({"__name__": "x", "job": "j"}, [(0.0, 0)] * n))
+
+
+def test_a_request_is_charged_and_capped_by_the_rows_it_becomes(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path / "data", server_port=free_port(),
+                             scrape_targets="", remote_write_max_samples=1000)
+    store = Store(settings.db_path)
+    try:
+        app = create_app(settings, store)
+        with serving(app, settings.server_port, settings):
+            srv = RunningServer(settings.server_url, store, settings)
+            bomb = _empty_samples(20_000)
+            assert len(bomb) < 3000  # about 14x smaller than what it decompresses to
+            reply = post(srv, bomb, None)
+            assert reply.status_code == 413, reply.text
+            assert "20000 samples" in reply.json()["error"]
+            assert "max_samples_per_send" in reply.json()["error"]
+            assert store.query("SELECT count(*) FROM metric_points").rows == [(0,)]
+            # Within the cap it is stored, charged per row (not per compressed byte).
+            assert post(srv, _empty_samples(1000), None).status_code == 204
+            assert store.query("SELECT count(*) FROM metric_points "
+                               "WHERE name = 'x'").rows == [(1000,)]
+            budget = app.state.budget
+            assert budget.peak >= 1000 * 256 and budget.used == 0
+    finally:
+        store.close()
+
+
+def test_a_snappy_header_announcing_more_than_snappy_can_expand_is_refused() -> None:
+    from collectors.otlp.export import Charge
+    from collectors.otlp.writer import MemoryBudget
+    from collectors.remote_write import _decode
+
+    budget = MemoryBudget(2**30)
+    body = b"\x80\x80\x80\x02" + b"\x00" * 100  # announces 4 MiB from 104 bytes
+    with pytest.raises(PayloadTooLarge, match="decompresses"):
+        _decode(body, 16 * 2**20, Charge(budget))
+    assert budget.peak == 0  # refused before anything was charged or decompressed

@@ -73,8 +73,8 @@ def test_its_exporters_wire_lands_and_retries_through_full_buffers(
     span = TracerProvider(resource=Resource.create({"service.name": "behind-collector"})
                           ).get_tracer("t").start_span("forwarded")
     span.end()
-    budget.acquire(budget.limit, client="others")  # the server is full when the batch comes
-    threading.Timer(1.5, lambda: budget.release(budget.limit, client="others")).start()
+    budget.acquire(budget.limit, source="others")  # the server is full when the batch comes
+    threading.Timer(1.5, lambda: budget.release(budget.limit, source="others")).start()
     started = time.monotonic()
     assert exporter.export([span]) == SpanExportResult.SUCCESS  # type: ignore[list-item]
     assert time.monotonic() - started >= 1.0  # it was refused first, then retried
