@@ -72,10 +72,6 @@ class Store:
         self._heads: dict[str, tuple[int, str]] = {}
         if path is not None:
             private_dir(path.parent)
-        try:
-            self._conn = duckdb.connect(str(path) if path else ":memory:")
-        except duckdb.Error as exc:
-            raise StoreError(f"cannot open DuckDB database {path}: {exc}") from exc
         self._write_lock = threading.Lock()
         # DuckDB (2.x) refuses to close a connection while any of its cursors is in a call
         # (ResourceInUseException). Every statement runs on a cursor made by _cursor(), which
@@ -85,37 +81,96 @@ class Store:
         self._closing = False
         self._closed = False
         self._catalog_cache: sqlguard.Catalog | None = None
-        self.schema_version = apply_migrations(self._conn)
+        # Set when DuckDB has invalidated the database (a fatal error: an allocation failed in
+        # a checkpoint): every statement fails until the file is opened again (_reopen).
+        self.broken: str | None = None
+        self.reopened = 0
+        self._reopen_lock = threading.Lock()
+        self._reopen_at = 0.0
+        self._memory_limit_mb = memory_limit_mb
         # Queries come from HTTP clients: no SQL may read or write files outside the database
         # (read_csv('/etc/...'), COPY, ATTACH, extensions) except the Parquet archive of
         # retention, and nothing may switch that back on.
         self.archive_dir = (path.parent / "archive") if path is not None else None
-        allowed = []
+        self._allowed: list[str] = []
         if self.archive_dir is not None:
             self.archive_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             for archived in (self.archive_dir, *self.archive_dir.rglob("*")):
                 private_file(archived)  # ours, also those from before files were private
-            allowed.append(str(self.archive_dir))
+            self._allowed.append(str(self.archive_dir))
         # The lake (its catalog and data path) is reached only through the attached database.
         self.lake = Lake(lake, TIME_SERIES_TABLES) if lake is not None else None
+        self._extension_dir: Path | None = None
         if self.lake is not None and lake is not None:
-            self.lake.attach(self._conn, path.parent / "extensions" if path is not None
-                             else Path(tempfile.mkdtemp(prefix="aiops-extensions-")))
-            allowed.append(str(lake.data_path.absolute()))
-        if allowed:
-            self._conn.execute("SET allowed_directories = ?", [allowed])
-        # DuckDB sizes its thread pool from the machine; respect the CPUs this process may
-        # actually use (taskset, cgroup cpusets), or its threads contend for them.
-        self._conn.execute(f"SET threads = {max(1, len(os.sched_getaffinity(0)))}")
-        if memory_limit_mb is not None:
-            # DuckDB's buffer pool: cached blocks of the database itself, evictable to disk.
-            self._conn.execute(f"SET memory_limit = '{int(memory_limit_mb)}MB'")
-        if trace_index is not None:
-            self._trace_index(trace_index)
-        self._conn.execute("SET enable_external_access = false")
-        self._conn.execute("SET lock_configuration = true")
+            self._extension_dir = path.parent / "extensions" if path is not None \
+                else Path(tempfile.mkdtemp(prefix="aiops-extensions-"))
+            self._allowed.append(str(lake.data_path.absolute()))
+        self._conn = self._open(trace_index)
         self._refresh_archive_views()
         self._private_files()
+
+    def _open(self, trace_index: bool | None = None) -> duckdb.DuckDBPyConnection:
+        """Open the database file and set the connection up (at start, and again after
+        DuckDB invalidated it)."""
+        path = self.path
+        try:
+            self._conn = conn = duckdb.connect(str(path) if path else ":memory:")
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot open DuckDB database {path}: {exc}") from exc
+        self.schema_version = apply_migrations(conn)
+        if self.lake is not None and self._extension_dir is not None:
+            self.lake.attach(conn, self._extension_dir)
+        if self._allowed:
+            conn.execute("SET allowed_directories = ?", [self._allowed])
+        # DuckDB sizes its thread pool from the machine; respect the CPUs this process may
+        # actually use (taskset, cgroup cpusets), or its threads contend for them.
+        conn.execute(f"SET threads = {max(1, len(os.sched_getaffinity(0)))}")
+        if self._memory_limit_mb is not None:
+            # DuckDB's buffer pool: cached blocks of the database itself, evictable to disk.
+            conn.execute(f"SET memory_limit = '{int(self._memory_limit_mb)}MB'")
+        if trace_index is not None:
+            self._trace_index(trace_index)
+        conn.execute("SET enable_external_access = false")
+        conn.execute("SET lock_configuration = true")
+        return conn
+
+    # -- a database DuckDB invalidated ------------------------------------------------------
+
+    def _note(self, exc: BaseException) -> None:
+        """Remember a fatal error: DuckDB has invalidated the database, and every statement
+        on it will fail until it is opened again."""
+        if _invalidated(exc) and self.broken is None:
+            self.broken = str(exc).splitlines()[0][:300]
+            log.error("DuckDB invalidated the database (%s); it is opened again before the "
+                      "next statement", self.broken)
+
+    def _reopen(self) -> None:
+        """Open the file again: what was committed (and acknowledged) is in it or its WAL,
+        which DuckDB replays. At most once a second; while it fails, ``broken`` stays."""
+        with self._reopen_lock:
+            if self.broken is None or self._closing or \
+                    time.monotonic() - self._reopen_at < 1.0:
+                return
+            self._reopen_at = time.monotonic()
+            with self._conn_lock:
+                for cur in list(self._cursors):
+                    with contextlib.suppress(duckdb.Error):
+                        cur.interrupt()
+                try:
+                    self._conn.close()
+                except duckdb.Error as exc:  # a statement still unwinding: the next try
+                    log.warning("cannot close the invalidated database yet: %s", exc)
+                    return
+                try:
+                    self._open()
+                except (duckdb.Error, StoreError) as exc:
+                    log.error("cannot open the database again: %s", exc)
+                    return
+                self._heads.clear()  # read again from the file: the truth after a replay
+                self._catalog_cache = None
+                self.broken = None
+                self.reopened += 1
+            log.warning("the database is open again (%d time(s) since start)", self.reopened)
 
     def _trace_index(self, on: bool) -> None:
         """An ART index on spans.trace_id (setting ``store_trace_index``): a trace of any age
@@ -168,10 +223,14 @@ class Store:
                 cur.execute("COMMIT")
             except (duckdb.ConversionException, duckdb.InvalidInputException,
                     duckdb.ConstraintException) as exc:
-                _rollback(cur)  # the rows' own values: retrying will not help
-                raise SchemaMismatch(f"rows refused: {exc}") from exc
+                _rollback(cur)
+                if _invalidated(exc):  # not the rows' doing: retry once it is open again
+                    self._note(exc)
+                    raise StoreError(f"append failed: {exc}") from exc
+                raise SchemaMismatch(f"rows refused: {exc}") from exc  # retrying will not help
             except duckdb.Error as exc:
                 _rollback(cur)
+                self._note(exc)
                 raise StoreError(f"append failed: {exc}") from exc
             finally:
                 cur.close()
@@ -278,6 +337,7 @@ class Store:
         except duckdb.InterruptException as exc:
             raise self._interrupted(timeout_s) from exc
         except duckdb.Error as exc:
+            self._note(exc)
             raise StoreError(f"query failed: {exc}") from exc
         finally:
             if timer is not None:
@@ -333,6 +393,7 @@ class Store:
         except duckdb.TransactionException as exc:
             raise QueryRejected(f"this query would write: {exc}") from exc
         except duckdb.Error as exc:
+            self._note(exc)
             raise StoreError(f"query failed: {exc}") from exc
         except MemoryError as exc:  # the rows, as Python objects, past the data cap
             raise ResultTooLarge(_TOO_MUCH_MEMORY.format(mib="the server's share")) from exc
@@ -376,6 +437,7 @@ class Store:
         try:
             return cur.sql(sql, params=params or None).to_arrow_table()
         except duckdb.Error as exc:
+            self._note(exc)
             raise StoreError(f"query failed: {exc}") from exc
         finally:
             cur.close()
@@ -389,6 +451,7 @@ class Store:
             while rows := cur.fetchmany(batch):
                 yield from rows
         except duckdb.Error as exc:
+            self._note(exc)
             raise StoreError(f"query failed: {exc}") from exc
         finally:
             cur.close()
@@ -398,7 +461,10 @@ class Store:
         return int(self.query(f"SELECT count(*) FROM {t.name}").rows[0][0])
 
     def ping(self) -> None:
+        """StoreError unless a statement runs (and the database is not invalidated)."""
         self.query("SELECT 1")
+        if self.broken is not None:
+            raise StoreError(f"the database is broken: {self.broken}")
 
     def close(self, wait_s: float = 10.0) -> None:
         """Refuse new statements, interrupt those still running, then close the database.
@@ -431,6 +497,8 @@ class Store:
         """A cursor of its own for one statement, known to close(). ``every_server`` (with a
         lake): the time-series tables' names resolve to the lake's views of every server
         (``aiops.lake.EVERY_SERVER``), so the same SQL reads one server or all of them."""
+        if self.broken is not None:
+            self._reopen()
         with self._conn_lock:
             if self._closing:
                 raise StoreError("the store is closed")
@@ -462,9 +530,15 @@ _TOO_MUCH_MEMORY = ("the query needed more than {mib} of memory: select fewer ro
                     "smaller values, or aggregate")
 
 
+def _invalidated(exc: BaseException) -> bool:
+    """DuckDB's fatal errors, and what every later statement says after one."""
+    return isinstance(exc, duckdb.FatalException) or "database has been invalidated" in str(exc)
+
+
 def _rollback(cur: duckdb.DuckDBPyConnection) -> None:
-    """Roll back what is left: a failed COMMIT has ended the transaction already."""
-    with contextlib.suppress(duckdb.TransactionException):
+    """Roll back what is left: a failed COMMIT has ended the transaction already, and an
+    invalidated database has nothing left to roll back."""
+    with contextlib.suppress(duckdb.TransactionException, duckdb.FatalException):
         cur.execute("ROLLBACK")
 
 

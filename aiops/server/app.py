@@ -253,8 +253,12 @@ def create_app(settings: Settings, store: Store,
         return JSONResponse({"error": str(exc)}, status_code=500)
 
     @app.get("/healthz", dependencies=[guards("public")])
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        # Alive unless the store is broken and cannot be opened again (a liveness probe then
+        # restarts the server; the next statement retries the reopen each second).
+        if store.broken is not None:
+            return JSONResponse({"status": "broken", "error": store.broken}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/readyz", dependencies=[guards("public")])
     async def readyz() -> JSONResponse:

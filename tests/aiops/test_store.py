@@ -1,10 +1,13 @@
 """The store appends whole Arrow batches, is the only writer, and reads are read-only."""
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -214,3 +217,54 @@ def test_closing_while_other_threads_read_interrupts_them_and_closes(tmp_path: P
     with pytest.raises(StoreError, match="closed"):
         store.query("SELECT 1")
     store.close()  # a second close is a no-op
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB filesystem of its own (tmpfs; needs root, as `make test` runs in CI)."""
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_database_duckdb_invalidated_is_opened_again_with_every_acknowledged_row(
+        small_disk: Path) -> None:
+    """A checkpoint that cannot write (the disk is full; in the field, an allocation that
+    failed under memory pressure) is a fatal error: DuckDB invalidates the database and every
+    statement fails until it is opened again. A write then fails retryably (503 to an
+    exporter, not 400), the store notes it is broken (``broken``: /healthz and /readyz say
+    so until it is open again), opens the file again before its next statement, and every
+    row acknowledged before is there (DuckDB replays its WAL)."""
+    store = Store(small_disk / "t.duckdb")
+    try:
+        assert store.append("spans", spans_batch(500)) == 500  # acknowledged, in the WAL
+        filler = (small_disk / "filler").open("wb", buffering=0)
+        with contextlib.suppress(OSError):
+            while True:
+                filler.write(b"\0" * 4096)
+        # What DuckDB does on its own once the WAL passes its threshold (or at close).
+        with pytest.raises(duckdb.FatalException), store._cursor() as cur:
+            cur.execute("CHECKPOINT")
+        with pytest.raises(StoreError) as failed:
+            store.append("spans", spans_batch(1, "cd" * 16))
+        assert not isinstance(failed.value, SchemaMismatch)  # 503 to an exporter: retried
+        assert store.broken is not None and "invalidated" in store.broken
+        # The next statement opens the file again (replaying the WAL needs no free space).
+        store.ping()
+        assert store.broken is None and store.reopened == 1
+        assert store.count("spans") == 500
+        filler.close()
+        (small_disk / "filler").unlink()
+        assert store.append("spans", spans_batch(2, "ef" * 16)) == 2
+        assert store.count("spans") == 502
+    finally:
+        store.close()
