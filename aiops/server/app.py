@@ -54,7 +54,7 @@ from aiops.remediation.policy import load_policy
 from aiops.remediation.remediator import Remediator
 from aiops.remediation.rollout import DEFAULT_STEPS, Rollout
 from aiops.retention import Retention
-from aiops.server.exposition import StoreCollector
+from aiops.server.exposition import SharedScrape, StoreCollector
 from aiops.server.gate import BodyLimits, Gate, allowed_hosts, route_access_of
 from aiops.server.guard import Guards
 from aiops.server.sql import SQL_MAX_BODY, QueryPool
@@ -276,10 +276,11 @@ def create_app(settings: Settings, store: Store,
     otlp_registry = CollectorRegistry()
     otlp_registry.register(StoreCollector(store))
 
+    otlp_scrape = SharedScrape(lambda: generate_latest(otlp_registry))
+
     @app.get("/metrics/otlp", dependencies=[guards("viewer")])
     async def otlp_metrics() -> Response:
-        body = await run_in_threadpool(generate_latest, otlp_registry)
-        return Response(body, media_type=CONTENT_TYPE_LATEST)
+        return Response(await otlp_scrape.get(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/v1/incidents", dependencies=[guards("viewer")])
     async def list_incidents(status: str | None = None, limit: int = 50) -> JSONResponse:

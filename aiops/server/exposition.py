@@ -9,8 +9,14 @@ client library would have.
 What is exposed: gauges, cumulative sums (monotonic ones as counters) and cumulative
 explicit-bucket histograms. What is not: delta series (the eBPF collector's; turning them into
 counters needs state in the server, and their per-process labels would flood Prometheus: they
-are aggregated in SQL instead), exponential histograms and summaries, and the series the server
-itself scraped from Prometheus endpoints (Prometheus scrapes those endpoints directly).
+are aggregated in SQL instead), exponential histograms and summaries, and the series that came
+from Prometheus: scraped by the server from Prometheus endpoints (Prometheus scrapes those
+directly) or pushed by remote write (a Prometheus has them already).
+
+A scrape is bounded as a SQL query is: at most ``max_series`` series (the first by name; the
+rest are counted in ``aiops_otlp_exposition_series_left_out``) and ``timeout_s`` of query
+time; the route serves one scrape's text to every scrape within ``cache_s`` and computes one at
+a time, so many scrapers at once cost one query.
 
 Series identity is (name, service.name, service.instance.id, point attributes): two replicas of
 one deployment stay two series, so one replica's restart is one counter reset, not a drop in a
@@ -20,6 +26,7 @@ the unit becomes a suffix (``s`` -> ``_seconds``), counters end in ``_total``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -34,12 +41,14 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from starlette.concurrency import run_in_threadpool
 
 from aiops.errors import AIOpsError
 from aiops.store import Store
 from collectors.prometheus import SCOPE as SCRAPED_SCOPE
+from collectors.remote_write import SCOPE as REMOTE_WRITE_SCOPE
 
-__all__ = ["StoreCollector", "prometheus_label", "prometheus_name"]
+__all__ = ["SharedScrape", "StoreCollector", "prometheus_label", "prometheus_name"]
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +65,12 @@ SELECT name, type, is_monotonic, unit, description, service_name,
        value, count, sum, bucket_counts, explicit_bounds
 FROM metric_points
 WHERE time > make_timestamp_ns(?)
-  AND coalesce(scope_name, '') <> '{SCRAPED_SCOPE}'
+  AND coalesce(scope_name, '') NOT IN ('{SCRAPED_SCOPE}', '{REMOTE_WRITE_SCOPE}')
   AND (type = 'gauge' OR (type IN ('sum', 'histogram') AND temporality = 'cumulative'))
 QUALIFY row_number() OVER (PARTITION BY name, type, service_name, instance, attributes
                            ORDER BY time DESC) = 1
 ORDER BY name, service_name, instance, attributes
+LIMIT ?
 """
 
 
@@ -88,26 +98,41 @@ class StoreCollector:
     """A ``prometheus_client`` collector over ``metric_points`` (register it in a registry)."""
 
     def __init__(self, store: Store, fresh_s: float = 60.0,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 clock: Callable[[], int] = time.time_ns, max_series: int = 20_000,
+                 timeout_s: float = 5.0) -> None:
         self.store = store
         self.fresh_s = fresh_s
         self.clock = clock
+        self.max_series = max_series
+        self.timeout_s = timeout_s
         self.failures = 0
+        self.left_out = 0  # series past max_series at the last scrape (1: some)
 
     def collect(self) -> Iterator[Metric]:
         since = self.clock() - int(self.fresh_s * 1e9)
         try:
-            rows = self.store.query(_LATEST, [since]).rows
+            result = self.store.query(_LATEST, [since, self.max_series + 1],
+                                      timeout_s=self.timeout_s)
         except AIOpsError as exc:
             # A scrape must still answer (with the server's own metrics): log, count, go on.
             self.failures += 1
             log.warning("cannot read OTLP metrics for /metrics/otlp: %s", exc)
             return
+        rows = result.rows[:self.max_series]
+        self.left_out = len(result.rows) - len(rows)
+        if self.left_out:
+            log.warning("/metrics/otlp: more than %d series; the rest are left out",
+                        self.max_series)
         families: dict[tuple[str, str], Metric] = {}
         for row in rows:
             if not self._add(families, _Point(*row)):
                 log.debug("skipped an incomplete point of %s", row[0])
         yield from families.values()
+        left = GaugeMetricFamily("aiops_otlp_exposition_truncated",
+                                 f"1 when there were more series than the {self.max_series} "
+                                 "one scrape exposes")
+        left.add_metric([], 1.0 if self.left_out else 0.0)
+        yield left
 
     @staticmethod
     def _add(families: dict[tuple[str, str], Metric], p: _Point) -> bool:
@@ -134,6 +159,27 @@ class StoreCollector:
         family.add_sample(family.name + ("_total" if shape == "counter" else ""), labels,
                           p.value)
         return True
+
+
+class SharedScrape:
+    """One scrape's text for every scraper within ``cache_s``, computed by one at a time (on
+    a worker thread; the others wait on the event loop, holding no thread): forty scrapers
+    at once cost one query, not forty, and leave the thread pool to ingest and /readyz."""
+
+    def __init__(self, render: Callable[[], bytes], cache_s: float = 1.0) -> None:
+        self.render, self.cache_s = render, cache_s
+        self._lock: asyncio.Lock | None = None
+        self._body = b""
+        self._at = -1e18
+
+    async def get(self) -> bytes:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if time.monotonic() - self._at > self.cache_s:
+                self._body = await run_in_threadpool(self.render)
+                self._at = time.monotonic()
+            return self._body
 
 
 @dataclass(frozen=True)
