@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiops.errors import AIOpsError
+from aiops.fileperms import private_dir
 
 __all__ = [
     "ADMIN_TOKEN_FILE",
@@ -170,7 +171,7 @@ def ensure_secret(path: Path) -> str:
         existing = path.read_text().strip()
         if len(existing) >= MIN_TOKEN_CHARS:
             return existing
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     token = secrets.token_urlsafe(32)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -258,7 +259,7 @@ class TokenStore:
         """The current entries, under an exclusive lock (several processes edit the file:
         the CLI, the Serve driver, the eBPF collector), read afresh. The lock is taken on the
         folder itself, so no lock file is left beside the secrets."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)  # a fresh data dir is 0700, as the server makes it
         fd = os.open(self.path.parent, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -315,7 +316,7 @@ class TokenStore:
         return True
 
     def _write(self, entries: list[dict[str, Any]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)  # a fresh data dir is 0700, as the server makes it
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:

@@ -436,11 +436,14 @@ def ledger_verify(
         else:
             import httpx
 
+            from aiops.client import client_token
             from aiops.tls import client_verify
 
+            token = client_token(settings)  # AIOPS_TOKEN, else the admin token here
             try:
                 resp = httpx.get(f"{settings.server_url}/api/v1/ledger/{table}/verify",
-                                 timeout=300, verify=client_verify(settings))
+                                 timeout=300, verify=client_verify(settings),
+                                 headers={"authorization": f"Bearer {token}"} if token else None)
             except httpx.HTTPError as exc:
                 raise AIOpsError(f"cannot reach the aiops server ({exc}); "
                                  "use --offline when it is stopped") from exc

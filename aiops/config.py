@@ -120,6 +120,10 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest accepted OTLP request body, before and after gzip (HTTP 413 above).",
     )
+    ledger_verify_timeout_s: float = Field(
+        60.0, gt=0, description="Longest a caller of `/api/v1/ledger/<table>/verify` waits; "
+        "past it 503 (retry). One verification per table runs at a time, shared by every "
+        "caller meanwhile.")
     remote_write_max_samples: int = Field(
         200_000, ge=1, description="Most samples one Prometheus remote write request may "
         "carry (Prometheus sends `max_samples_per_send`, 2,000 by default); past it 413. Rows "

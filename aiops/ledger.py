@@ -223,6 +223,10 @@ def verify_table(store: Any, table_name: str) -> dict[str, Any]:
         problems.append(f"witness: the file does not exist, yet the table has {count} "
                         "entries (moved, deleted, or configured after they were written "
                         "and the server not started since)")
+    elif count and not reading.heads and not reading.problems:
+        problems.append(f"witness: it holds no head of {table_name}, yet the table has "
+                        f"{count} entries (emptied or cut down, or configured after they "
+                        "were written and the server not started since)")
     return {"table": table_name, "entries": count, "anchored": head is not None,
             "ok": not problems, "problems": problems,
             "witness": {"heads": reading.heads, "last_seq": reading.last_seq}}

@@ -19,8 +19,13 @@ SECRET_SETTINGS: frozenset[str] = frozenset({
 
 REDACTED = "***"
 # A URL's ``scheme://userinfo@``: a password (``user:pass@``) or a bare token (``token@``).
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/?#@\s]*?)"
-                           r"(?::(?P<password>[^/?#@\s]*))?@")
+# Up to the authority's last ``@``: a password with a raw ``@`` in it (``user:p@ss@host``,
+# which clients accept) is all of it hidden, not only up to its first ``@``.
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s]*)@")
+# ``password=...`` in a libpq key/value connection string (``lake_catalog``: ``host=db
+# password=s3cret``), quoted or not.
+_KEYWORD_SECRET = re.compile(r"(?P<lead>\b(?:password|sslpassword|passwd|pwd)\s*=\s*)"
+                             r"(?P<value>'(?:[^'\\]|\\.)*'|[^\s']\S*)", re.IGNORECASE)
 # ``name=value`` in a URL's query or fragment whose name says it is a secret.
 _SECRET_PARAM = re.compile(
     r"(?P<lead>[?&;#](?:[^=&;#\s,]*?)(?:token|key|secret|passw|pwd|auth|signature|sig|"
@@ -30,14 +35,17 @@ _SECRET_PARAM = re.compile(
 def redact_url_secrets(text: str) -> str:
     """``text`` with the credentials inside any URL in it replaced by ``***``: the password
     of ``user:password@host`` (a bare ``token@host`` entirely) and the value of a query or
-    fragment parameter named like a secret (``?token=``, ``api_key=``, ``X-Amz-Signature=``)."""
+    fragment parameter named like a secret (``?token=``, ``api_key=``, ``X-Amz-Signature=``);
+    and the ``password=`` of a key/value connection string."""
+    text = _KEYWORD_SECRET.sub(lambda m: f"{m.group('lead')}{REDACTED}", text)
     if "://" not in text:
         return text
 
     def userinfo(m: re.Match[str]) -> str:
-        if m.group("password") is None:
+        user, colon, _ = m.group("userinfo").partition(":")
+        if not colon:
             return f"{m.group('scheme')}{REDACTED}@"
-        return f"{m.group('scheme')}{m.group('user')}:{REDACTED}@"
+        return f"{m.group('scheme')}{user}:{REDACTED}@"
 
     return _SECRET_PARAM.sub(lambda m: f"{m.group('lead')}{REDACTED}",
                              _URL_USERINFO.sub(userinfo, text))

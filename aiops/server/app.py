@@ -57,6 +57,7 @@ from aiops.retention import Retention
 from aiops.server.exposition import SharedScrape, StoreCollector
 from aiops.server.gate import BodyLimits, Gate, allowed_hosts, route_access_of
 from aiops.server.guard import Guards
+from aiops.server.singleflight import SingleFlight
 from aiops.server.sql import SQL_MAX_BODY, QueryPool
 from aiops.server.sql import make_router as sql_router
 from aiops.store import Store
@@ -380,13 +381,23 @@ def create_app(settings: Settings, store: Store,
             return JSONResponse({"error": f"no rollout {rollout_id!r}"}, status_code=404)
         return JSONResponse(r.describe())
 
+    verifications = SingleFlight()
+
     @app.get("/api/v1/ledger/{table_name}/verify",
              dependencies=[guards("viewer")])
     async def verify_ledger(table_name: str) -> JSONResponse:
+        # One verification per table at a time, shared by every caller meanwhile; a caller
+        # waits at most ledger_verify_timeout_s (503: retry, the verification goes on).
         try:
-            report = await run_in_threadpool(verify_table, store, table_name)
+            report = await verifications.run(table_name, verify_table, store, table_name,
+                                             timeout_s=settings.ledger_verify_timeout_s)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=404)
+        except TimeoutError:
+            return JSONResponse({"error": f"verifying {table_name} takes longer than "
+                                 f"{settings.ledger_verify_timeout_s:g} s; it goes on: "
+                                 "retry for its result"}, status_code=503,
+                                headers={"Retry-After": "5"})
         return JSONResponse(report)
 
     @app.get("/openapi.json", dependencies=[guards("viewer")], include_in_schema=False)

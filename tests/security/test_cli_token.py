@@ -6,6 +6,7 @@ gets the server's 403 and a non-zero exit; the admin token still approves; with 
 from __future__ import annotations
 
 import json
+import stat
 import time
 from pathlib import Path
 
@@ -132,3 +133,12 @@ def test_client_token_precedence(settings: Settings) -> None:
     assert client_token(settings) is None
     with ServerClient.of(settings) as client:  # says what it would have sent, not the token
         assert "no token" in client._token_source
+
+
+def test_token_add_on_a_fresh_install_makes_a_private_data_dir(tmp_path: Path) -> None:
+    data = tmp_path / "fresh" / "data"
+    result = CliRunner().invoke(cli_app, ["token", "add", "exporter"],
+                                env={"AIOPS_DATA_DIR": str(data)})
+    assert result.exit_code == 0, result.output
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    assert stat.S_IMODE((data / "tokens.json").stat().st_mode) == 0o600

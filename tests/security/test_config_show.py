@@ -48,6 +48,12 @@ def test_config_show_redacts_credentials_inside_urls() -> None:
     ("https://h/cb#access_token=abc", "https://h/cb#access_token=***"),
     ("http://host:8000/a@b", "http://host:8000/a@b"),
     ("no url here, token=abc", "no url here, token=abc"),
+    # A raw '@' in a password (clients accept it): all of the password hidden.
+    ("postgres://u:p@ss@db/x", "postgres://u:***@db/x"),
+    # lake_catalog is a libpq key/value string, not a URL.
+    ("host=pg dbname=lake user=aiops password=s3cret", "host=pg dbname=lake user=aiops "
+     "password=***"),
+    ("host=pg password='with space' user=aiops", "host=pg password=*** user=aiops"),
 ])
 def test_url_credentials_are_found_wherever_they_are(text: str, shown: str) -> None:
     from aiops.redact import redact_url_secrets

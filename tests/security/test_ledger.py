@@ -202,6 +202,7 @@ def test_a_cut_off_tail_with_a_rewritten_anchor_fails_against_the_witness(
     ("garbage", "witness: line 3 is not a witness record"),
     ("directory", "witness: cannot be read"),
     ("missing", "witness: the file does not exist, yet the table has 5 entries"),
+    ("emptied", "witness: it holds no head of ledger, yet the table has 5 entries"),
 ])
 def test_a_witness_that_cannot_be_read_or_is_damaged_fails_verification(
         witnessed: tuple[Path, Witness], damage: str, expected: str) -> None:
@@ -209,6 +210,8 @@ def test_a_witness_that_cannot_be_read_or_is_damaged_fails_verification(
     if damage == "garbage":
         with witness.path.open("a") as f:
             f.write("not json\n")
+    elif damage == "emptied":
+        witness.path.write_bytes(b"")
     else:
         witness.path.unlink()
         if damage == "directory":
@@ -278,3 +281,43 @@ def test_ledger_verify_reports_the_witness_offline_and_over_http(
         store.close()
     assert report["ok"] is False and report["witness"] == {"heads": 2, "last_seq": 5}
     assert str(witness.path) not in json.dumps(report)
+
+
+def test_verifications_at_once_share_one_and_the_cli_sends_its_token(
+        witnessed: tuple[Path, Witness], tmp_path: Path) -> None:
+    """Forty viewers verifying at once get one verification's report (45 at once ran the
+    server out of memory), and `aiops ledger verify` against a server that requires tokens
+    sends the one it has (AIOPS_TOKEN)."""
+    import concurrent.futures
+
+    from aiops.auth import TOKENS_FILE, Role, TokenStore
+    from aiops.bench.common import free_port
+    from aiops.server.app import create_app
+    from tests.loopback import serving
+
+    path, witness = witnessed
+    settings = Settings(data_dir=path.parent, db_file=path.name, analytics=False,
+                        scrape_targets="", retention_hours=0, anonymous_on_loopback=False,
+                        server_port=free_port())
+    viewer = TokenStore(settings.data_dir / TOKENS_FILE).add("auditor", Role.VIEWER)
+    store = Store(path, witness=witness)
+    try:
+        with serving(create_app(settings, store), settings.server_port, settings) as url:
+            def verify_once(_: int) -> tuple[int, Any]:
+                r = httpx.get(f"{url}/api/v1/ledger/ledger/verify", timeout=60,
+                              headers={"authorization": f"Bearer {viewer}"})
+                return r.status_code, r.json()
+
+            with concurrent.futures.ThreadPoolExecutor(40) as pool:
+                answers = list(pool.map(verify_once, range(40)))
+            assert {code for code, _ in answers} == {200}
+            assert all(report == answers[0][1] for _, report in answers)
+            assert answers[0][1]["ok"] is True and answers[0][1]["entries"] == 5
+            env = {"AIOPS_DATA_DIR": str(tmp_path / "elsewhere"),
+                   "AIOPS_SERVER_PORT": str(settings.server_port), "AIOPS_TOKEN": viewer}
+            online = CliRunner().invoke(app, ["ledger", "verify", "--table", "ledger"],
+                                        env=env)
+            assert online.exit_code == 0, online.output
+            assert "OK: 5 entries in ledger" in online.output
+    finally:
+        store.close()
