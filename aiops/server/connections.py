@@ -6,13 +6,20 @@ long as the client likes, and enough of them starve /readyz and ingest. This pro
 own, with two limits) closes a connection whose request headers are not complete within
 ``header_timeout_s`` of its opening or of its previous response, and refuses (503, closed) a
 connection past ``per_client`` open ones from the same address.
+
+Many addresses each under ``per_client`` can still fill the server's connection limit
+(uvicorn's ``limit_concurrency``: past it every new request gets 503, /readyz included) with
+connections that never send a request. So when a new connection comes to a full server, the
+connection idle the longest (no request in flight: never sent one, or between keep-alive
+requests) is closed to make room: an idle connection costs its holder nothing to reopen, and a
+client that sends its request at once is never the one closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Any
 
 import uvicorn
@@ -36,6 +43,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     header_timeout_s: float = 10.0
     per_client: int = 256
     open_by_client: Counter[str] = Counter()
+    # Connections with no request in flight, the longest idle first (a subclass' own).
+    idle: OrderedDict[GuardedHttpProtocol, None] = OrderedDict()
+    evicted = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -49,9 +59,29 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return
         self.open_by_client[peer] += 1
         self._counted = peer or "?"
+        self._make_room()
         self._arm()
 
+    def _make_room(self) -> None:
+        """On a full server, close the connection idle the longest (see the module's doc)."""
+        limit = self.limit_concurrency
+        if limit is None:
+            return
+        # One out per one in.
+        if len(self.connections) < limit:
+            return
+        for oldest in self.idle:
+            if oldest is not self:
+                self.idle.pop(oldest)
+                type(self).evicted += 1
+                oldest._too_slow()
+                # Out of the count now, not once its loss is processed: this connection's
+                # request may be read first (uvicorn's connection_lost discards it again).
+                self.connections.discard(oldest)
+                return
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self.idle.pop(self, None)
         self._disarm()
         if getattr(self, "_counted", ""):
             peer = "" if self._counted == "?" else self._counted
@@ -73,10 +103,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._arm()
 
     def _arm(self) -> None:
+        """Waiting for a request's headers: idle (evictable) and on the header deadline."""
         self._disarm()
         self._header_timer = self.loop.call_later(self.header_timeout_s, self._too_slow)
+        self.idle[self] = None
 
     def _disarm(self) -> None:
+        self.idle.pop(self, None)
         timer = getattr(self, "_header_timer", None)
         if timer is not None:
             timer.cancel()
@@ -93,7 +126,7 @@ def uvicorn_config(app: Any, settings: Settings, **kwargs: Any) -> uvicorn.Confi
     protocol = type("ServerHttpProtocol", (GuardedHttpProtocol,), {
         "header_timeout_s": settings.server_header_timeout_s,
         "per_client": settings.server_max_connections_per_client,
-        "open_by_client": Counter()})
+        "open_by_client": Counter(), "idle": OrderedDict(), "evicted": 0})
     # No WebSocket route exists; an upgrade would hand the connection to a protocol that
     # neither times out nor gives its count back.
     return uvicorn.Config(app, host=settings.server_host, port=settings.server_port,

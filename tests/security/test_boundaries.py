@@ -175,6 +175,36 @@ def test_one_address_cannot_hold_more_than_its_share_of_connections(closed: Any)
     assert httpx.get(f"{url}/readyz").status_code == 200
 
 
+def test_many_addresses_of_idle_connections_cannot_fill_the_server(tmp_path: Path) -> None:
+    """Five addresses, each under its per-address cap, hold idle connections past the
+    server's limit (the attack: 17 x 250 idle, /readyz 503): a new client that sends its
+    request is served, the longest-idle connections closed to make room."""
+    settings = load_settings(
+        data_dir=tmp_path / "data", server_port=free_port(), scrape_targets="",
+        analytics=False, retention_hours=0, server_header_timeout_s=30.0,
+        server_max_connections_per_client=8, server_max_connections=16)
+    store = Store(settings.db_path)
+    socks: list[socket.socket] = []
+    try:
+        with serving(create_app(settings, store), settings.server_port, settings) as url:
+            port = settings.server_port
+            for i in range(5):
+                for _ in range(8):
+                    socks.append(socket.create_connection(
+                        ("127.0.0.1", port), source_address=(f"127.0.0.{10 + i}", 0)))
+            time.sleep(0.3)
+            for _ in range(5):
+                r = httpx.get(f"{url}/readyz", timeout=5)
+                assert r.status_code == 200, r.text
+            ingest = httpx.post(f"{url}/v1/traces", content=traces(span()), timeout=5,
+                                headers={"content-type": "application/x-protobuf"})
+            assert ingest.status_code == 200, ingest.text
+    finally:
+        for sock in socks:
+            sock.close()
+        store.close()
+
+
 def test_a_websocket_upgrade_does_not_keep_a_connection_slot(closed: Any) -> None:
     url, settings, *_ = closed
     upgrade = (b"GET /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
