@@ -137,7 +137,7 @@ def server(ctx: typer.Context) -> None:
     from aiops.logs import configure_json_logging
     from aiops.server.app import create_app
     from aiops.server.connections import uvicorn_config
-    from aiops.server.limits import limit_memory
+    from aiops.server.limits import ensure_descriptors, limit_memory
     from aiops.store import Store
     from aiops.tls import server_ssl_options
     from aiops.witness import from_settings
@@ -149,6 +149,8 @@ def server(ctx: typer.Context) -> None:
     except AIOpsError as exc:
         raise _fail(exc, 2) from exc
     limit_memory(settings.server_memory_mb)
+    # HTTP's connection cap, and gRPC's (the same figure) where it listens.
+    ensure_descriptors(settings.server_max_connections * (2 if settings.otlp_grpc_port else 1))
     # Everything this process creates is private from the start: the database and the WAL
     # DuckDB re-creates after each checkpoint, spill files, anchors, archive, tokens.
     private_umask()
