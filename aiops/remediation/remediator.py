@@ -142,11 +142,15 @@ class Remediator:
         self.incidents: IncidentTracker | None = None
         self._reload_pending()
 
-    def attach(self, incidents: IncidentTracker) -> None:
+    def attach(self, incidents: IncidentTracker,
+               listener: Callable[[list[Incident], int], None] | None = None) -> None:
         """Act on the incidents ``incidents`` owns: hear of its rounds, mark what an action
-        was taken for ``mitigating`` there, verify against what it still has open."""
+        was taken for ``mitigating`` there, verify against what it still has open.
+        ``listener``: what hears the rounds instead of ``on_round`` itself (the server: a
+        ``RoundWorker`` running ``on_round`` on its own thread, so that detection never waits
+        on a control plane); None: ``on_round`` in the tracker's call."""
         self.incidents = incidents
-        incidents.subscribe(self.on_round)
+        incidents.subscribe(listener if listener is not None else self.on_round)
 
     def _reload_pending(self) -> None:
         """Actions still waiting for an approver when the server last stopped: tracked again,

@@ -53,6 +53,7 @@ from aiops.lifecycle import LifecycleClient
 from aiops.remediation.policy import load_policy
 from aiops.remediation.remediator import Remediator
 from aiops.remediation.rollout import DEFAULT_STEPS, Rollout
+from aiops.remediation.worker import RoundWorker
 from aiops.retention import Retention
 from aiops.server.exposition import SharedScrape, StoreCollector
 from aiops.server.gate import BodyLimits, Gate, allowed_hosts, route_access_of
@@ -155,8 +156,11 @@ def create_app(settings: Settings, store: Store,
         recall=lambda incident_id: memory.seen_before(store, incident_id, wait=False))
     analyzer = _analyzer(settings, store) if settings.analytics else None
     tracker = analyzer.tracker if analyzer is not None else None
+    # Remediation on a thread of its own: a round hands its incidents over and goes on, so
+    # no detection round waits on a control plane (aiops.remediation.worker).
+    rounds = RoundWorker(remediator.on_round)
     if tracker is not None:
-        remediator.attach(tracker)  # hears of each round; marks incidents mitigating there
+        remediator.attach(tracker, rounds.submit)  # marks incidents mitigating there
     agents = AgentService(
         AgentSettings.of(settings), store, remediator.propose, remediator.decide_pending,
         objectives=analyzer.config.objectives if analyzer is not None else (),
@@ -180,12 +184,14 @@ def create_app(settings: Settings, store: Store,
             retention.start()
         if lake is not None:
             lake.start()
+        rounds.start()
         if analyzer is not None:
             analyzer.start()
         yield
         pool.close()
         if analyzer is not None:
             analyzer.close()
+        rounds.close()
         if retention is not None:
             retention.close()
         attachment.close()
