@@ -162,7 +162,7 @@ class AgentService:
                           Limits(sql_rows=s.sql_rows, sql_timeout_s=s.sql_timeout_s),
                           actor=actor, objectives=self.objectives, models=self.models,
                           memory=self.memory, capacities=self.capacities,
-                          findings=self.findings)
+                          findings=self.findings, own_models=(s.llm_model,))
             return Agent(box, self.llm, s.mode, s.when_busy).ask(question)
         finally:
             self._slots.release()

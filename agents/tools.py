@@ -98,8 +98,12 @@ class Toolbox:
                  actor: str = "agent", objectives: Sequence[Objective] = (),
                  models: Sequence[str] = (), memory: LazyMemory | None = None,
                  capacities: Sequence[Capacity] = (),
-                 findings: Callable[[], Sequence[Finding]] | None = None) -> None:
+                 findings: Callable[[], Sequence[Finding]] | None = None,
+                 own_models: Sequence[str] = ()) -> None:
         self.store = store
+        # Models aiops serves for itself (the agent's LLM): their traffic is the agent's own
+        # questions, never a change or a load of the team's.
+        self.own_models = tuple(own_models)
         # What the analyzer finds that is not a page (IncidentTracker.held): answers use it.
         self.findings = findings
         # What each model is given (its specs' memory reservation, queue bound): answers

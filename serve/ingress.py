@@ -45,7 +45,14 @@ from serve.openapi import openapi_response
 from serve.responses import ApiError, Scope, answer, replica_resource
 from serve.routing import ModelRoute, NoVersionServing, Version, build_routes
 from serve.specs import ModelSpec, Priority
-from serve.telemetry import Telemetry, TelemetryConfig, attrs, extract_context, inject_context
+from serve.telemetry import (
+    HTTP_DURATION_BUCKETS_S,
+    Telemetry,
+    TelemetryConfig,
+    attrs,
+    extract_context,
+    inject_context,
+)
 
 __all__ = ["INGRESS_NAME", "Ingress", "api"]
 
@@ -80,7 +87,8 @@ class Ingress:
                                    component="ingress")
         meter = self.telemetry.meter
         self.http_duration = meter.create_histogram(
-            "http.server.request.duration", unit="s", description="Ingress request duration")
+            "http.server.request.duration", unit="s", description="Ingress request duration",
+            explicit_bucket_boundaries_advisory=HTTP_DURATION_BUCKETS_S)
         self.http_requests = meter.create_counter(
             "aiops.serve.requests", unit="{request}",
             description="Ingress responses by route, model, version and HTTP status code")

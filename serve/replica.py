@@ -54,7 +54,16 @@ from serve.packages import (
     verify_package,
 )
 from serve.specs import Artifact, Faults, ModelSpec, Priority
-from serve.telemetry import Telemetry, TelemetryConfig, attrs, extract_context
+from serve.telemetry import (
+    DURATION_BUCKETS_S,
+    TOKEN_BUCKETS,
+    TPOT_BUCKETS_S,
+    TTFT_BUCKETS_S,
+    Telemetry,
+    TelemetryConfig,
+    attrs,
+    extract_context,
+)
 
 __all__ = ["ModelReplica", "ReportsCacheUsage", "ReportsEngineMetrics", "start_backend"]
 
@@ -100,16 +109,20 @@ class ModelReplica:
         meter = self.telemetry.meter
         self.duration = meter.create_histogram(
             "gen_ai.server.request.duration", unit="s",
-            description="Time the model replica spent on a request")
+            description="Time the model replica spent on a request",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S)
         self.tokens = meter.create_histogram(
             "gen_ai.client.token.usage", unit="{token}",
-            description="Input and output tokens per request")
+            description="Input and output tokens per request",
+            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
         self.ttft = meter.create_histogram(
             "gen_ai.server.time_to_first_token", unit="s",
-            description="Time from request start to the first streamed token")
+            description="Time from request start to the first streamed token",
+            explicit_bucket_boundaries_advisory=TTFT_BUCKETS_S)
         self.tpot = meter.create_histogram(
             "gen_ai.server.time_per_output_token", unit="s",
-            description="Mean time between streamed tokens after the first")
+            description="Mean time between streamed tokens after the first",
+            explicit_bucket_boundaries_advisory=TPOT_BUCKETS_S)
         self.requests = meter.create_counter(
             "aiops.model.requests", unit="{request}", description="Requests by outcome")
         self.cache_gauge = meter.create_gauge(

@@ -96,6 +96,19 @@ def _session(certificate_file: str | None) -> requests.Session | None:
     return _PinnedCaSession() if certificate_file is not None else None
 
 
+# Histogram bucket bounds in the unit recorded, as OpenTelemetry's GenAI and HTTP semantic
+# conventions advise. Without them the SDK's default bounds (0, 5, 10, 25, ... 10000: made for
+# milliseconds) put every value in seconds in the first bucket, and no percentile can be read.
+DURATION_BUCKETS_S = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                      40.96, 81.92)
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                  5.0, 7.5, 10.0)
+TPOT_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+HTTP_DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                           7.5, 10.0)
+
+
 class Telemetry:
     """Tracer, meter and an OTel-bridged logger for one component."""
 

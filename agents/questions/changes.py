@@ -32,6 +32,7 @@ def changes(ask: Ask) -> None:
     if begins is not None and begins > ask.since:
         ask.say(f"The telemetry begins at {_t(begins)}, inside the window: what served from "
                 "its first minute is not counted as a change.")
+    own: set[str] = set()  # aiops' own agent model: its first request is the agent's
     for key, what in ((f"{VERSION} AS version", "version"),
                       (f"{VERSION} AS version, {REPLICA} AS replica", "replica")):
         clause, params = where("start_time", since, ask.until, ("service_name", i.model))
@@ -44,6 +45,9 @@ def changes(ask: Ask) -> None:
               {f"AND {REPLICA} IS NOT NULL" if what == "replica" else ""}
             GROUP BY ALL ORDER BY first_at"""
         for r in ask.rows(sql, params, 500):
+            if r["model"] in ask.box.own_models:
+                own.add(str(r["model"]))
+                continue
             name = f"{r['model']}@{r['version']}" + (
                 f" replica {r['replica']}" if what == "replica" else "")
             if r["first_at"] > ask.since and (begins is None or r["first_at"] > begins + EDGE):
@@ -83,6 +87,9 @@ def changes(ask: Ask) -> None:
                                            f"{r['target']}: {r['status']} (policy mode "
                                            f"{r['mode']})"))
     found.sort()
+    if own:
+        ask.say(f"Not counted: {', '.join(sorted(own))}, the model aiops' own agent asks "
+                "(its traffic is these answers, not a change to what you serve).")
     ask.report.rows = [{"time": t, "change": what} for t, what in found]
     whose = f" to {i.model}" if i.model else ""
     if not found:

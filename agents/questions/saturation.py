@@ -146,25 +146,39 @@ def _memory(ask: Ask) -> list[dict[str, Any]]:
     if i.model is not None:
         model = "AND (attributes->>'Component') LIKE '%:' || ? || '-%'"
         params.append(i.model)
-    # Ray's own per-process RSS: the component names the replica's deployment (model-version);
-    # a series without a pid, or a component that names no deployment, is not a replica.
+    # Ray's own RSS series; the component names the replica's deployment (model-version).
+    # Older Rays label each worker process (pid); Ray 2.60 sums a node's processes of one
+    # name into one series without a pid (and sends 0 once they are gone). Per-process
+    # series are used where a deployment has them (a pid-less series beside them is an
+    # aggregate), else one series per node; a component that names no deployment is not a
+    # replica, and a 0 is a process that ended, not a reading.
     sql = f"""
-        WITH proc AS (
+        WITH pts AS (
             SELECT regexp_extract(attributes->>'Component', 'ServeReplica:[^:]+:(.+)$', 1)
                        AS deployment,
-                   (attributes->>'pid') AS pid, arg_max(value, time) AS latest_mb,
-                   max(value) AS highest_mb, min(value) AS lowest_mb
+                   nullif(attributes->>'pid', '') AS pid,
+                   coalesce(attributes->>'ip', attributes->>'NodeAddress',
+                            resource_attributes->>'service.instance.id', '') AS node,
+                   value, time
             FROM metric_points
             {clause}
               AND name = 'ray_component_rss_mb'
               AND (attributes->>'Component') LIKE 'ray::ServeReplica:%'
-              AND coalesce(attributes->>'pid', '') <> ''
-              {model}
+              {model}),
+        per AS (
+            SELECT *, bool_or(pid IS NOT NULL) OVER (PARTITION BY deployment) AS has_pid
+            FROM pts),
+        proc AS (
+            SELECT deployment, coalesce(pid, 'node ' || node) AS unit,
+                   bool_or(pid IS NULL) AS summed, arg_max(value, time) AS latest_mb,
+                   max(value) AS highest_mb, min(value) FILTER (WHERE value > 0) AS lowest_mb
+            FROM per WHERE pid IS NOT NULL OR NOT has_pid
             GROUP BY ALL)
-        SELECT deployment, count(*) AS processes, max(latest_mb) AS largest_mb,
+        SELECT deployment, count(*) FILTER (WHERE latest_mb > 0) AS processes,
+               bool_or(summed) AS summed, max(latest_mb) AS largest_mb,
                min(lowest_mb) AS lowest_mb, max(highest_mb) AS highest_mb
         FROM proc WHERE deployment <> ''
-        GROUP BY ALL ORDER BY largest_mb DESC"""
+        GROUP BY ALL HAVING max(latest_mb) > 0 ORDER BY largest_mb DESC"""
     rows = ask.rows(sql, params)
     if not rows:
         ask.gap("no replica memory (Ray's ray_component_rss_mb) in the window")
@@ -177,8 +191,10 @@ def _memory(ask: Ask) -> list[dict[str, Any]]:
     for r in rows[:SHOWN]:
         limit = (f" of its {r['memory_mb']} MB reservation ({r['share']:.0%})"
                  if r["memory_mb"] else " (no memory reservation in its spec)")
-        ask.say(f"- {r['deployment']} memory (RSS, largest of {r['processes']} replica "
-                f"process(es)): {r['largest_mb']:.0f} MB now{limit}; "
+        whose = (f"RSS of its replica processes, summed per node by Ray, largest of "
+                 f"{r['processes']} node(s)" if r["summed"] else
+                 f"RSS, largest of {r['processes']} replica process(es)")
+        ask.say(f"- {r['deployment']} memory ({whose}): {r['largest_mb']:.0f} MB now{limit}; "
                 f"{r['lowest_mb']:.0f}-{r['highest_mb']:.0f} MB in the window")
     if len(rows) > SHOWN:
         ask.say(f"- ... {len(rows) - SHOWN} more deployment(s), less full")

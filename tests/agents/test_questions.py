@@ -141,6 +141,18 @@ def test_what_changed_names_the_canary(store: Store) -> None:
             if "started serving" in r["change"]] == ["echo@v2"]
 
 
+def test_the_agents_own_model_answering_its_first_question_is_not_a_change(
+        store: Store) -> None:
+    """The agent's own LLM (``aiops-agent``) serves its first request when the first question
+    is asked: that is aiops' own traffic, not "a deploy or canary" of the team's."""
+    _requests(store, T0 - 1800 * NS, 1800, 1000, 40, "v1")
+    _requests(store, T0 - 60 * NS, 2, 1000, 900, "v1", model="aiops-agent")
+    a = _ask(store, "what changed in the last 10 minutes?", own_models=("aiops-agent",))
+    assert a.report is not None
+    assert not [r for r in a.report.rows if "aiops-agent" in r["change"]]
+    assert "No change seen" in a.text and "aiops' own agent" in a.text
+
+
 def test_error_budget_left_from_the_declared_slo(store: Store) -> None:
     _requests(store, T0 - 300 * NS, 95, 1000, 40)
     _requests(store, T0 - 200 * NS, 5, 1000, 40, status=500)
@@ -299,6 +311,37 @@ def test_a_memory_question_gets_memory_per_deployment_against_its_reservation(
         "- echo-v1 memory (RSS, largest of 2 replica process(es)): 209 MB now of its 512 MB "
         "reservation (41%); 150-209 MB in the window"]
     assert not any("queue depth" in x for x in a.report.lines if x.startswith("- "))
+
+
+def test_ray_2_60s_memory_series_without_a_pid_are_the_deployments_memory(
+        store: Store) -> None:
+    """Ray 2.60 sums a node's worker processes of one name into one series with no pid
+    (reporter_agent.py ``_generate_system_stats_record``: tags ip and Component only) and
+    sends 0 for a name whose processes ended: that is the replica's memory (the chat replica
+    used 595 MB of its 512 MB while the answer said "no replica memory"), and a 0 is no
+    reading."""
+    from aiops.capacity import Capacity
+
+    _requests(store, T0 - 300 * NS, 10, 1000, 40)
+    points = []
+    for k in range(10):
+        t = T0 - (300 - 30 * k) * NS
+        points += [
+            {"time": t, "name": "ray_component_rss_mb", "type": "gauge", "value": 560.0 + 4 * k,
+             "attributes": {"ip": "10.0.0.5", "Component": "ray::ServeReplica:aiops:echo-v1",
+                            "SessionName": "session_2026", "Version": "2.60.0"}},
+            {"time": t, "name": "ray_component_rss_mb", "type": "gauge",
+             "value": 0.0 if k > 2 else 300.0,  # its replica ended at k=3: Ray's reset
+             "attributes": {"ip": "10.0.0.5", "Component": "ray::ServeReplica:aiops:echo-v0",
+                            "SessionName": "session_2026", "Version": "2.60.0"}}]
+    add_points(store, points)
+    a = _ask(store, "how much memory is echo using?",
+             capacities=[Capacity("echo", memory_mb=512)])
+    assert a.report is not None and not a.report.gaps
+    lines = [x for x in a.report.lines if x.startswith("- echo-")]
+    assert lines == [
+        "- echo-v1 memory (RSS of its replica processes, summed per node by Ray, largest of 1 "
+        "node(s)): 596 MB now of its 512 MB reservation (116%); 560-596 MB in the window"]
 
 
 def test_requests_per_second_for_a_model_that_counts_no_tokens(store: Store) -> None:

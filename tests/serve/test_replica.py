@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import secrets
 from collections.abc import Iterator
 
@@ -11,7 +12,7 @@ import pytest
 from aiops.errors import ModelError
 from serve.replica import ModelReplica
 from serve.specs import ModelSpec
-from serve.telemetry import TelemetryConfig
+from serve.telemetry import TTFT_BUCKETS_S, TelemetryConfig
 from tests.conftest import RunningServer
 
 SPEC = ModelSpec.model_validate({"name": "echo", "version": "v3", "backend": "echo",
@@ -68,8 +69,16 @@ def test_streaming_ends_with_usage_and_records_ttft(
     assert "".join(str(d["text"]) for d in deltas) == "one two three"
     assert deltas[-1]["finish_reason"] == "stop" and deltas[-1]["completion_tokens"] == 3
     replica.telemetry.flush()
-    assert server.store.query("SELECT count(*) FROM metric_points WHERE name = "
-                              "'gen_ai.server.time_to_first_token'").rows[0][0] >= 1
+    rows = server.store.query(
+        "SELECT explicit_bounds, bucket_counts, count, sum FROM metric_points WHERE name = "
+        "'gen_ai.server.time_to_first_token' ORDER BY time DESC LIMIT 1").rows
+    assert rows, "no TTFT histogram point"
+    bounds, buckets, count, total = rows[0]
+    # Bounds in seconds, the unit recorded (the SDK's default bounds are for milliseconds:
+    # every TTFT in the first bucket, no percentile), and the sample in its own bucket.
+    assert list(bounds) == list(TTFT_BUCKETS_S)
+    ttft = total / count
+    assert sum(buckets) == count and buckets[bisect.bisect_left(bounds, ttft)] >= 1
 
 
 def test_an_output_schema_violation_is_a_model_error_and_an_error_span(
