@@ -10,7 +10,8 @@ from typing import Any, Protocol
 from aiops.control_status import ControlStatus
 from aiops.errors import AIOpsError
 
-__all__ = ["Action", "ActionKind", "ControlPlane", "NotSupported", "execute", "new_action"]
+__all__ = ["Action", "ActionKind", "ActionStatus", "ControlPlane", "IllegalTransition",
+           "NotSupported", "execute", "new_action"]
 
 
 class ActionKind(StrEnum):
@@ -20,6 +21,42 @@ class ActionKind(StrEnum):
     SCALE = "scale"
     RESTART_REPLICA = "restart_replica"
     SHED_LOAD = "shed_load"
+
+
+class ActionStatus(StrEnum):
+    """An action's states, as the ``actions`` table and the ledger record them."""
+
+    NEW = "new"  # not recorded yet (never written)
+    PROPOSED = "proposed"
+    DENIED = "denied"
+    DRY_RUN = "dry_run"
+    PENDING = "pending"  # waiting for an approver
+    APPROVED = "approved"
+    EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"
+    EXECUTED = "executed"
+    VERIFIED = "verified"
+    FAILED = "failed"
+
+    def can_become(self, other: ActionStatus) -> bool:
+        return other in _NEXT[self]
+
+
+_S = ActionStatus
+# Every move an action may make; anything else is a bug, refused before it is recorded.
+_NEXT: dict[ActionStatus, frozenset[ActionStatus]] = {
+    _S.NEW: frozenset({_S.PROPOSED}),
+    _S.PROPOSED: frozenset({_S.DENIED, _S.DRY_RUN, _S.PENDING, _S.APPROVED}),
+    _S.PENDING: frozenset({_S.APPROVED, _S.DENIED, _S.EXPIRED, _S.WITHDRAWN}),
+    _S.APPROVED: frozenset({_S.EXECUTED, _S.FAILED}),
+    _S.EXECUTED: frozenset({_S.VERIFIED, _S.FAILED}),
+    **{s: frozenset() for s in (_S.DENIED, _S.DRY_RUN, _S.EXPIRED, _S.WITHDRAWN, _S.VERIFIED,
+                                _S.FAILED)},
+}
+
+
+class IllegalTransition(AIOpsError):
+    """An action asked to move between states it may not (a bug: nothing is recorded)."""
 
 
 class NotSupported(AIOpsError):

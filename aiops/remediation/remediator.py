@@ -28,7 +28,15 @@ from aiops.analytics.findings import FaultClass
 from aiops.analytics.incidents import Incident, IncidentTracker, Status
 from aiops.control_status import ControlStatus, ReplicaBounds
 from aiops.errors import AIOpsError
-from aiops.remediation.actions import Action, ActionKind, ControlPlane, execute, new_action
+from aiops.remediation.actions import (
+    Action,
+    ActionKind,
+    ActionStatus,
+    ControlPlane,
+    IllegalTransition,
+    execute,
+    new_action,
+)
 from aiops.remediation.policy import Mode, Past, Policy
 from aiops.schema import ACTIONS
 from aiops.store import Store
@@ -108,7 +116,7 @@ def _verdict(inc: Incident) -> tuple[str, str, str]:
 @dataclass
 class _Tracked:
     action: Action
-    status: str
+    status: ActionStatus
     mode: Mode
     rule: str
     executed_ns: int | None = None
@@ -167,7 +175,8 @@ class Remediator:
                 action = Action(action_id, incident_id, ActionKind(kind), model,
                                 version or None, int(created_ns), json.loads(params or "{}"))
                 action.reason, action.evidence = self._proposal(action_id)
-                tracked = _Tracked(action, "pending", Mode(mode), str(decided.get("rule", "")),
+                tracked = _Tracked(action, ActionStatus.PENDING, Mode(mode),
+                                   str(decided.get("rule", "")),
                                    decision=str(decided.get("reason", "")),
                                    written_ns=int(updated_ns or 0))
             except (ValueError, TypeError, AttributeError) as exc:
@@ -248,7 +257,7 @@ class Remediator:
         replicas = action.params.get("max_replicas")
         decision = self.policy.decide(action.kind, action.target, now_ns, self._history(),
                                       replicas if isinstance(replicas, int) else None)
-        tracked = _Tracked(action, "proposed", decision.mode, decision.rule,
+        tracked = _Tracked(action, ActionStatus.NEW, decision.mode, decision.rule,
                            decision=decision.reason)
         self.actions[action.action_id] = tracked
         self._record(tracked, "proposed", actor, now_ns, {"reason": action.reason})
@@ -375,7 +384,11 @@ class Remediator:
 
     def _record(self, t: _Tracked, status: str, actor: str, now_ns: int,
                 outcome: dict[str, Any]) -> None:
-        t.status = status
+        new = ActionStatus(status)
+        if not t.status.can_become(new):
+            raise IllegalTransition(f"action {t.action.action_id} cannot go from {t.status} "
+                                    f"to {new}")
+        t.status = new
         now_ns = t.written_ns = max(now_ns, t.written_ns + 1)
         a = t.action
         row = {"action_id": a.action_id, "incident_id": a.incident_id, "created_at": a.created_ns,

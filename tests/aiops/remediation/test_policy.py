@@ -70,3 +70,17 @@ def test_a_bad_policy_file_says_where(tmp_path: Path) -> None:
 
 def test_the_demo_profile_rolls_back_on_its_own() -> None:
     assert load_policy(DEMO_POLICY).decide("rollback", "echo", NOON, []).mode is Mode.AUTO
+
+
+def test_an_action_moves_only_forward_through_its_states() -> None:
+    from aiops.remediation.actions import ActionStatus as S
+
+    assert S.NEW.can_become(S.PROPOSED) and S.PROPOSED.can_become(S.PENDING)
+    assert S.PENDING.can_become(S.APPROVED) and S.APPROVED.can_become(S.EXECUTED)
+    assert S.EXECUTED.can_become(S.VERIFIED) and S.EXECUTED.can_become(S.FAILED)
+    # No way back, and nothing after an end.
+    assert not S.VERIFIED.can_become(S.EXECUTED)
+    assert not S.DENIED.can_become(S.APPROVED)
+    assert not S.PROPOSED.can_become(S.EXECUTED)  # never executed without an approval
+    assert not any(end.can_become(s) for end in (S.DENIED, S.DRY_RUN, S.EXPIRED, S.WITHDRAWN,
+                                                 S.VERIFIED, S.FAILED) for s in S)
