@@ -17,13 +17,13 @@ slow to load); the index itself is ``agents.memory_index``:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aiops.analytics.incidents import IncidentEvidence
 from aiops.store import Store
 
 if TYPE_CHECKING:
@@ -70,7 +70,10 @@ ACTIONS_SQL = """
 
 def describe(row: dict[str, Any]) -> str:
     """The text an incident is remembered (and recalled) by: what failed and how it showed."""
-    evidence = json.loads(row.get("evidence") or "{}")
+    try:  # the column's typed contract (aiops.analytics.incidents)
+        evidence = IncidentEvidence.parse(row.get("evidence")).to_dict()
+    except ValueError:
+        evidence = {}
     causes = evidence.get("root_causes") or []
     top = causes[0] if causes else {}
     signals = sorted({str(e.get("signal") or e.get("kind")) for e in top.get("evidence", [])

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from aiops import semconv
 from aiops.analytics.findings import NOT_WARMUP, Finding
-from aiops.analytics.incidents import rank_causes, symptom_of
+from aiops.analytics.incidents import IncidentEvidence, rank_causes, symptom_of
 from aiops.analytics.slo import SLO_BURN, Objective
 from aiops.capacity import Capacity
 from aiops.errors import AIOpsError
@@ -252,7 +252,10 @@ class Toolbox:
         if not rows:
             return self._fail("describe_incident", params, f"no incident {incident_id!r}")
         row = rows[0]
-        evidence = json.loads(row.pop("evidence") or "{}")
+        try:  # the column's typed contract (aiops.analytics.incidents)
+            evidence = IncidentEvidence.parse(row.pop("evidence")).to_dict()
+        except ValueError as exc:
+            return self._fail("describe_incident", params, f"unreadable evidence: {exc}")
         out = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
         out["onset"] = _iso(evidence.get("onset_ns"))
         out["root_causes"] = evidence.get("root_causes", [])

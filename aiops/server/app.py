@@ -38,7 +38,7 @@ from agents.chatops import make_router as chatops_router
 from agents.memory import LazyMemory
 from agents.settings import AgentSettings, SlackSettings
 from aiops.analytics.engine import Analyzer, AnalyzerConfig
-from aiops.analytics.incidents import IncidentTracker
+from aiops.analytics.incidents import IncidentEvidence, IncidentTracker
 from aiops.analytics.slo import parse_windows
 from aiops.analytics.topology import load_service_map
 from aiops.analytics.traces import TraceThresholds
@@ -314,7 +314,11 @@ def create_app(settings: Settings, store: Store,
         if not result.rows:
             return JSONResponse({"error": f"no incident {incident_id!r}"}, status_code=404)
         row = _jsonable(dict(zip(result.columns, result.rows[0], strict=True)))
-        row["evidence"] = json.loads(row["evidence"] or "{}")
+        try:  # the column's typed contract, as every reader of it
+            row["evidence"] = IncidentEvidence.parse(row["evidence"]).to_dict()
+        except ValueError as exc:
+            return JSONResponse({"error": f"incident {incident_id}: unreadable evidence "
+                                 f"({exc})"}, status_code=500)
         return JSONResponse(row)
 
     @app.get("/api/v1/actions", dependencies=[guards("viewer")])
