@@ -447,6 +447,25 @@ def bench_durability(
     console.print(t)
 
 
+@bench_app.command("attacks")
+def bench_attacks() -> None:
+    """The door-policy audit's attacks (P27) rerun against a real server: the server's RSS,
+    its answers, a bystander's export and /readyz afterwards."""
+    from aiops.bench.attacks import grpc_stall, remote_write_bomb
+
+    for r in (grpc_stall(), grpc_stall(admitted=True), remote_write_bomb()):
+        t = Table("figure", "value", title=r.name)
+        t.add_row("server RSS before / peak / after (MB)",
+                  f"{r.rss_before_mb:.0f} / {r.rss_peak_mb:.0f} / {r.rss_after_mb:.0f}")
+        for k, v in r.answers.items():
+            t.add_row(f"answers: {k}", str(v))
+        for note in r.notes:
+            t.add_row("", note)
+        t.add_row("a bystander's export meanwhile", r.bystander)
+        t.add_row("/readyz afterwards", str(r.ready_after))
+        console.print(t)
+
+
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 DatasetsOption = Annotated[Path, typer.Option(
     help="Root of the public corpora (nezha/, rcd_sockshop/, loghub2k/, nab/, published/).")]
