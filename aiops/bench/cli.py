@@ -627,6 +627,7 @@ def bench_all() -> None:
     bench_chatops()
     bench_memory()
     bench_durability()
+    bench_attacks()
     bench_scale()
     bench_volume()
     if (Path(".venv-phoenix") / "bin" / "phoenix").exists():
