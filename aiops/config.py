@@ -203,6 +203,10 @@ class Settings(BaseSettings):
     server_max_connections_per_client: int = Field(
         256, ge=1, description="Connections one client address may hold open at once; past "
         "it a new one gets 503 and is closed.")
+    server_max_requests_per_token: int = Field(
+        256, ge=1, description="Requests one token may have in flight at once, HTTP and "
+        "OTLP/gRPC together; past it a retryable 503 (gRPC: UNAVAILABLE). Anonymous "
+        "(loopback) callers are bounded by `server_max_connections_per_client` instead.")
     server_max_connections: int = Field(
         4096, ge=16, description="Connections and requests in flight in all; past it new "
         "requests get a retryable 503.")

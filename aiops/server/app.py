@@ -37,6 +37,7 @@ from agents.chatops import SLACK_MAX_BODY, AgentService
 from agents.chatops import make_router as chatops_router
 from agents.memory import LazyMemory
 from agents.settings import AgentSettings, SlackSettings
+from aiops.admission import PrincipalSlots
 from aiops.analytics.engine import Analyzer, AnalyzerConfig
 from aiops.analytics.incidents import IncidentEvidence, IncidentTracker
 from aiops.analytics.slo import parse_windows
@@ -94,7 +95,8 @@ class RolloutRequest(BaseModel):
 
 def _grpc_receiver(settings: Settings, writer: BatchWriter, budget: MemoryBudget,
                    authenticator: Authenticator, metrics: ReceiverMetrics,
-                   refused: Callable[[str], None]) -> GrpcReceiver | None:
+                   refused: Callable[[str], None], slots: PrincipalSlots
+                   ) -> GrpcReceiver | None:
     """OTLP/gRPC beside OTLP/HTTP: same host, tokens, message cap and TLS."""
     if not settings.otlp_grpc_port:
         return None
@@ -105,7 +107,7 @@ def _grpc_receiver(settings: Settings, writer: BatchWriter, budget: MemoryBudget
                                     settings.max_body_bytes, tls,
                                     max_connections=settings.server_max_connections,
                                     read_timeout_s=settings.ingest_read_timeout_s),
-                        writer, budget, authenticator, metrics, refused)
+                        writer, budget, authenticator, metrics, refused, slots)
 
 
 def create_app(settings: Settings, store: Store,
@@ -170,9 +172,12 @@ def create_app(settings: Settings, store: Store,
         findings=analyzer.tracker.held if analyzer is not None else None)
 
     refused = Counter("aiops_gate_refused", "Requests refused before their body was read, "
-                      "by reason (host, auth, size, slow)", ["reason"], registry=registry)
+                      "by reason (host, auth, size, slow, busy)", ["reason"], registry=registry)
+    # A token's requests in flight, HTTP and gRPC together (aiops.admission).
+    slots = PrincipalSlots(settings.server_max_requests_per_token)
     grpc_receiver = _grpc_receiver(settings, writer, budget, guards.authenticator,
-                                   receiver_metrics, lambda why: refused.labels(why).inc())
+                                   receiver_metrics, lambda why: refused.labels(why).inc(),
+                                   slots)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -240,7 +245,7 @@ def create_app(settings: Settings, store: Store,
         hosts=allowed_hosts(settings.server_allowed_hosts, settings.server_host,
                             _machine_names()),
         deadline_s=settings.ingest_read_timeout_s + 1,
-        on_refused=lambda why: refused.labels(why).inc())
+        on_refused=lambda why: refused.labels(why).inc(), slots=slots)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -26,6 +26,7 @@ from typing import Any
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from aiops.admission import PrincipalSlots
 from aiops.auth import Access, Authenticator, AuthError, Principal, is_loopback
 
 __all__ = ["BodyLimits", "Gate", "allowed_hosts", "host_allowed"]
@@ -89,10 +90,12 @@ class Gate:
     def __init__(self, app: ASGIApp, *, authenticator: Authenticator,
                  access_of: Callable[[Scope], tuple[Access | None, str]], limits: BodyLimits,
                  hosts: frozenset[str], deadline_s: float,
-                 on_refused: Callable[[str], None] | None = None) -> None:
+                 on_refused: Callable[[str], None] | None = None,
+                 slots: PrincipalSlots | None = None) -> None:
         self.app, self.authenticator, self.access_of = app, authenticator, access_of
         self.limits, self.hosts, self.deadline_s = limits, hosts, deadline_s
         self.on_refused = on_refused or (lambda _: None)
+        self.slots = slots  # requests in flight per token, shared with the gRPC receiver
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -121,7 +124,18 @@ class Gate:
             await _refuse(send, code, f"body of {declared[:20]} bytes exceeds this route's "
                           f"limit of {cap} bytes" if code == 413 else "bad Content-Length")
             return
-        await self._bounded(scope, receive, send, cap)
+        who = getattr(scope.get("state", {}).get("principal"), "name", "")
+        if self.slots is not None and not self.slots.take(who):
+            self.on_refused("busy")
+            await _drain(receive, headers, cap)
+            await _refuse(send, 503, f"{who} has {self.slots.per_principal} requests in flight "
+                          "already (server_max_requests_per_token); retry", {"retry-after": "1"})
+            return
+        try:
+            await self._bounded(scope, receive, send, cap)
+        finally:
+            if self.slots is not None:
+                self.slots.give(who)
 
     def _check(self, access: Access, header: str | None
                ) -> Principal | tuple[int, str, dict[str, str]]:

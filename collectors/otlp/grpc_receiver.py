@@ -44,6 +44,7 @@ import grpc
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+from aiops.admission import PrincipalSlots
 from aiops.auth import Authenticator, AuthError, Principal
 from aiops.errors import AIOpsError, DecodeError, PayloadTooLarge, StoreError
 from collectors.otlp.export import SIGNALS, Charge, ReceiverMetrics, export
@@ -155,8 +156,10 @@ class GrpcReceiver:
 
     def __init__(self, options: GrpcOptions, writer: BatchWriter, budget: MemoryBudget,
                  authenticator: Authenticator, metrics: ReceiverMetrics,
-                 refused: Callable[[str], None] = lambda _: None) -> None:
+                 refused: Callable[[str], None] = lambda _: None,
+                 slots: PrincipalSlots | None = None) -> None:
         self.options, self.writer, self.budget = options, writer, budget
+        self.slots = slots  # a token's calls in flight, shared with the HTTP gate
         self.authenticator, self.metrics, self.refused = authenticator, metrics, refused
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -188,6 +191,15 @@ class GrpcReceiver:
         host = peer.split(":", 1)[-1].rsplit(":", 1)[0]
         charge = Charge(self.budget, principal.name if principal else "?", host)
         status, retry = grpc.StatusCode.OK, None
+        who = principal.name if principal else ""
+        if self.slots is not None and not self.slots.take(who):
+            self.refused("busy")
+            self.metrics.requests.labels(signal, "grpc", "UNAVAILABLE").inc()
+            message = (f"{who} has {self.slots.per_principal} calls in flight already "
+                       "(server_max_requests_per_token); retry")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, message,
+                                trailing_metadata=_status_details(
+                                    grpc.StatusCode.UNAVAILABLE, message, RETRY_AFTER_S))
         try:
             # Reserve what the message may be before asking for it (the transport then opens
             # the stream's window to the size the message declares), true up once it is here.
@@ -213,6 +225,8 @@ class GrpcReceiver:
             message = f"store unavailable: {exc}"
         finally:
             charge.release()
+            if self.slots is not None:
+                self.slots.give(who)
             self.metrics.requests.labels(signal, "grpc", status.name).inc()
             self.metrics.seconds.labels(signal, "grpc").observe(time.perf_counter() - started)
         await context.abort(status, message,

@@ -205,6 +205,56 @@ def test_many_addresses_of_idle_connections_cannot_fill_the_server(tmp_path: Pat
         store.close()
 
 
+def test_one_token_holds_at_most_its_requests_in_flight_across_http_and_grpc(
+        tmp_path: Path) -> None:
+    """A token with ``server_max_requests_per_token`` requests in flight (two uploads that
+    stall over HTTP) gets a retryable 503 for a third, over HTTP and over gRPC alike; another
+    token exports meanwhile; once the stalled ones end, the token is served again."""
+    import grpc
+
+    from collectors.otlp.grpc_receiver import SERVICES
+
+    settings = load_settings(
+        data_dir=tmp_path / "data", server_port=free_port(), otlp_grpc_port=free_port(),
+        scrape_targets="", analytics=False, retention_hours=0, anonymous_on_loopback=False,
+        server_max_requests_per_token=2, ingest_read_timeout_s=3.0)
+    tokens = TokenStore(settings.data_dir / "tokens.json")
+    busy, other = tokens.add("busy-app", None), tokens.add("other-app", None)
+    store = Store(settings.db_path)
+    try:
+        with serving(create_app(settings, store), settings.server_port, settings) as url:
+            host, port = url.removeprefix("http://").split(":")
+            stalled = []
+            for _ in range(2):
+                sock = socket.create_connection((host, int(port)))
+                sock.sendall(headers_only("/v1/traces", 1000, busy,
+                                          "application/x-protobuf"))
+                stalled.append(sock)
+            time.sleep(0.3)
+            third = httpx.post(f"{url}/v1/traces", content=traces(span()), timeout=5,
+                               headers={**bearer(busy), "content-type":
+                                        "application/x-protobuf"})
+            assert third.status_code == 503 and third.headers["retry-after"] == "1"
+            assert "requests in flight" in third.json()["error"]
+            with grpc.insecure_channel(f"127.0.0.1:{settings.otlp_grpc_port}") as channel:
+                export = channel.unary_unary(f"/{SERVICES['traces']}/Export")
+                with pytest.raises(grpc.RpcError) as refused:
+                    export(traces(span()), timeout=5,
+                           metadata=(("authorization", f"Bearer {busy}"),))
+                assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+                export(traces(span()), timeout=5,
+                       metadata=(("authorization", f"Bearer {other}"),))  # others: served
+            for sock in stalled:
+                sock.close()
+            time.sleep(0.5)
+            again = httpx.post(f"{url}/v1/traces", content=traces(span()), timeout=5,
+                               headers={**bearer(busy), "content-type":
+                                        "application/x-protobuf"})
+            assert again.status_code == 200, again.text
+    finally:
+        store.close()
+
+
 def test_a_websocket_upgrade_does_not_keep_a_connection_slot(closed: Any) -> None:
     url, settings, *_ = closed
     upgrade = (b"GET /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
