@@ -11,8 +11,10 @@ import secrets
 import socket
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -154,27 +156,33 @@ def test_provenance_needs_the_serving_stacks_credential_over_grpc_too(
         assert "serving stack's credential" in reply.partial_success.error_message
 
 
-def test_a_connection_that_never_speaks_is_closed(tmp_path: Path) -> None:
-    """No HTTP/2 preface within the handshake deadline: the server hangs up."""
+@contextmanager
+def bare_receiver(tmp_path: Path, **options: Any) -> Iterator[int]:
+    """The gRPC receiver alone (anonymous callers allowed) with ``options``; its port."""
     store = Store(tmp_path / "t.duckdb")
     writer = BatchWriter(store)
     receiver = GrpcReceiver(
-        GrpcOptions("127.0.0.1", free_port(), MAX_MESSAGE, handshake_s=1.0), writer,
+        GrpcOptions("127.0.0.1", free_port(), MAX_MESSAGE, **options), writer,
         MemoryBudget(2**20), Authenticator(TokenStore(tmp_path / "tokens.json"), lambda: "",
                                            anonymous=True),
         ReceiverMetrics(CollectorRegistry()))
-    port = receiver.start()
     try:
-        with socket.create_connection(("127.0.0.1", port)) as sock:
-            sock.settimeout(15)
-            started = time.monotonic()
-            while sock.recv(1024):  # its SETTINGS frame, maybe a GOAWAY, then the close
-                pass
-            assert time.monotonic() - started < 10
+        yield receiver.start()
     finally:
         receiver.close()
         writer.close()
         store.close()
+
+
+def test_a_connection_that_never_speaks_is_closed(tmp_path: Path) -> None:
+    """No HTTP/2 preface within the handshake deadline: the server hangs up."""
+    with bare_receiver(tmp_path, handshake_s=1.0) as port, \
+            socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(15)
+        started = time.monotonic()
+        while sock.recv(1024):  # its SETTINGS frame, maybe a GOAWAY, then the close
+            pass
+        assert time.monotonic() - started < 10
 
 
 class _Wire:
@@ -319,14 +327,6 @@ def test_connections_past_the_cap_are_closed_at_once(tmp_path: Path) -> None:
     """Past ``max_connections`` open on the port, a new connection is closed as it comes (an
     attacker cannot fill the process' descriptors through it); one that was held gets its
     slot back when it goes."""
-    store = Store(tmp_path / "t.duckdb")
-    writer = BatchWriter(store)
-    receiver = GrpcReceiver(
-        GrpcOptions("127.0.0.1", free_port(), MAX_MESSAGE, max_connections=4), writer,
-        MemoryBudget(2**20), Authenticator(TokenStore(tmp_path / "tokens.json"), lambda: "",
-                                           anonymous=True),
-        ReceiverMetrics(CollectorRegistry()))
-    port = receiver.start()
 
     def closed_at_once(sock: socket.socket) -> bool:
         sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
@@ -341,21 +341,17 @@ def test_connections_past_the_cap_are_closed_at_once(tmp_path: Path) -> None:
             return True
 
     held: list[socket.socket] = []
-    try:
-        for _ in range(4):
+    with bare_receiver(tmp_path, max_connections=4) as port:
+        try:
+            for _ in range(4):
+                held.append(socket.create_connection(("127.0.0.1", port)))
+                assert not closed_at_once(held[-1])
+            held.append(socket.create_connection(("127.0.0.1", port)))
+            assert closed_at_once(held[-1])
+            held.pop(0).close()
+            time.sleep(0.5)
             held.append(socket.create_connection(("127.0.0.1", port)))
             assert not closed_at_once(held[-1])
-        extra = socket.create_connection(("127.0.0.1", port))
-        held.append(extra)
-        assert closed_at_once(extra)
-        held.pop(0).close()
-        time.sleep(0.5)
-        again = socket.create_connection(("127.0.0.1", port))
-        held.append(again)
-        assert not closed_at_once(again)
-    finally:
-        for sock in held:
-            sock.close()
-        receiver.close()
-        writer.close()
-        store.close()
+        finally:
+            for sock in held:
+                sock.close()
