@@ -36,7 +36,7 @@ AUTHENTICATED = {"aiops": "bearer token (AIOPS_SERVER_HOST beyond loopback)",
                  "grafana": "generated admin password"}
 SECRET_NAME = re.compile(r"PASSWORD|TOKEN|SECRET|API_KEY|_KEYS\b", re.IGNORECASE)
 # Settings named like secrets that are not: a path to a key file, public keys' files.
-NOT_SECRET = {"server_tls_key", "trusted_keys"}
+NOT_SECRET = {"server_tls_key", "trusted_keys", "server_max_requests_per_token"}
 
 
 
