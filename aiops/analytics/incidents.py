@@ -369,7 +369,8 @@ class IncidentTracker:
         self._calls = calls
         self._open: dict[str, Incident] = {}
         self._listeners: list[IncidentListener] = []
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the state; no I/O is done under it
+        self._write_lock = threading.Lock()  # the incidents table, one writer at a time
 
     @property
     def calls(self) -> ServiceMap | None:
@@ -452,17 +453,27 @@ class IncidentTracker:
         """Fold one round of findings in; ``context`` adds evidence to each changed incident
         that is not resolved; write the changes and tell the listeners. Returns the incidents
         that changed (snapshots)."""
+        # The state changes under the lock; the I/O (context queries, the store write) runs
+        # outside it, so readers (chat-ops, approvals, mark_mitigating) never wait on a query.
         with self._lock:
             changed = self._fold(findings, now_ns)
-            if context is not None:
-                for inc in changed:
-                    if inc.causes and inc.status is not Status.RESOLVED:
-                        inc.extra_evidence = context(inc.snapshot())
             out = [inc.snapshot() for inc in changed]
-            self._write(out)
-            for inc in out:
-                log.info("incident %s %s: %s", inc.incident_id, inc.status, inc.summary)
             listeners = list(self._listeners)
+        if context is not None:
+            extra = {inc.incident_id: context(inc) for inc in out
+                     if inc.causes and inc.status is not Status.RESOLVED}
+            if extra:
+                with self._lock:
+                    for inc in changed:
+                        if inc.incident_id in extra:
+                            inc.extra_evidence = extra[inc.incident_id]
+                for inc in out:
+                    if inc.incident_id in extra:
+                        inc.extra_evidence = extra[inc.incident_id]
+        with self._write_lock:  # one writer at a time: a round's rows, then the next's
+            self._write(out)
+        for inc in out:
+            log.info("incident %s %s: %s", inc.incident_id, inc.status, inc.summary)
         for listener in listeners:
             listener(out, now_ns)
         return out
@@ -563,15 +574,18 @@ class IncidentTracker:
     def mark_mitigating(self, incident_id: str, now_ns: int) -> Incident | None:
         """An action was taken for an open incident: it is ``mitigating``, and written so.
         None (nothing written) when it is not open: resolved, or already mitigating."""
+        snap = None
         with self._lock:
             for inc in self._open.values():
                 if inc.incident_id == incident_id and inc.status is Status.OPEN:
                     inc.status, inc.updated_ns = Status.MITIGATING, max(now_ns,
                                                                          inc.updated_ns + 1)
                     snap = inc.snapshot()
-                    self._write([snap])
-                    return snap
-        return None
+                    break
+        if snap is not None:
+            with self._write_lock:
+                self._write([snap])
+        return snap
 
     def _write(self, incidents: list[Incident]) -> None:
         if incidents and self.store is not None:

@@ -49,7 +49,8 @@ def test_a_hung_control_plane_holds_the_worker_not_detection(store: Store) -> No
         for i in range(2, 6):  # rounds go on, each in its own time
             tracker.update([_slow("chat", T0 + i * NS), _slow("embed", T0 + i * NS)],
                            T0 + i * NS)
-        assert time.monotonic() - started < 2.0, "a round waited on the control plane"
+        # Far under the 60 s the control plane hangs for (slack for a loaded CI machine).
+        assert time.monotonic() - started < 30.0, "a round waited on the control plane"
         assert second.causes[0].entity.service == "embed"
         assert {r[0] for r in store.query("SELECT service FROM incidents").rows} == \
             {"chat", "embed"}
