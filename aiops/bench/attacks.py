@@ -91,7 +91,6 @@ def grpc_stall(connections: int = 8, streams: int = 32, seconds: float = 10.0,
     """``admitted``: the default config, where a loopback caller is anonymous with the ingest
     role (the streams are admitted and reserve before reading); else tokens are required and
     the streams carry none."""
-
     from aiops.auth import TOKENS_FILE, TokenStore
 
     who = "anonymous, admitted (default config)" if admitted else "unauthenticated"
