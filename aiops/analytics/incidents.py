@@ -249,7 +249,8 @@ def _from_symptom(causes: list[RankedCause], findings: list[Finding], calls: Ser
                   symptom: Symptom) -> list[RankedCause]:
     """``causes`` reordered along the walk from ``symptom`` through callees that fire with
     the symptom's kind or a cause (``symptom.leads``): where it ends first,
-    the deeper first, then the callers it passed, then the rest. A cause moved down keeps
+    the deeper first (then the one more firing callers converge on), then the callers it
+    passed, then the rest. A cause moved down keeps
     a score just below the one above it, so score order stays the verdict's order."""
     services = {f.entity.service for f in findings}
     edges = set(calls.edges if calls is not None else ())
@@ -260,7 +261,8 @@ def _from_symptom(causes: list[RankedCause], findings: list[Finding], calls: Ser
         return causes
     order = {id(c): i for i, c in enumerate(causes)}
     ranked = sorted(causes, key=lambda c: (
-        path.group(c.entity.service), -path.depth.get(c.entity.service, 0), order[id(c)]))
+        path.group(c.entity.service), -path.depth.get(c.entity.service, 0),
+        -path.callers.get(c.entity.service, 0), order[id(c)]))
     for above, c in itertools.pairwise(ranked):
         c.score = min(c.score, 0.99 * above.score)
     return ranked

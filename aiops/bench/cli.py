@@ -496,7 +496,8 @@ def bench_rca(datasets: DatasetsOption = DATASETS) -> None:
         folder = datasets / "petshop" / "dataset" / scenario
         console.print(f"PetShop, {scenario}:")
         console.print(petshop.render(
-            [petshop.run_petshop(folder, symptom_led=False), petshop.run_petshop(folder)],
+            [petshop.run_petshop(folder, symptom_led=led, peers=peers)
+             for peers in (False, True) for led in (False, True)],
             petshop.published(published / "petshop_notebook_traversal_baseline.csv",
                               scenario)))
 

@@ -8,6 +8,8 @@ Label`` per point, hourly or per minute) is read into what the NAB code takes:
   and values. A timestamp that repeats keeps its first row: the ten crash-rate series repeat
   13 hours each with the same value and label, and ``api-01`` repeats 2017-11-05 01:00 (a
   daylight-saving fall-back) with another value; a streaming detector sees one point per time.
+  A row with an empty (or non-finite) value is a missing point and is skipped, never a reason
+  to refuse the series (``KpiSeries.missing`` counts them).
 * **Events and windows**: each run of consecutive labelled rows is one event, and its window
   runs from the run's first row to its last (``run_windows``): a detection on a labelled row
   finds the event; one on any other row is a false alarm. No tolerance is added on either side:
@@ -72,6 +74,7 @@ class KpiSeries:
     windows: Windows                        # one per labelled run (see ``run_windows``)
     duplicates: int                         # rows dropped for a repeated timestamp
     note: str                               # the series' -metadata.json notes
+    missing: int = 0                        # rows skipped for an empty or non-finite value
 
     @property
     def family(self) -> str:
@@ -108,16 +111,21 @@ def read_kpi(root: Path, rel: str) -> KpiSeries:
     table = pacsv.read_csv(path, convert_options=opts)
     stamps = pc.utf8_rtrim(table.column("TimeStamp"), characters="Z")
     times = pc.cast(stamps, pa.timestamp("ns")).to_numpy().astype("datetime64[ns]")
-    values = table.column("Value").to_numpy().astype(np.float64)
-    labels = table.column("Label").to_numpy().astype(np.int64)
-    if np.any(np.diff(times) < np.timedelta64(0, "ns")) or not np.all(np.isfinite(values)):
-        raise ValueError(f"{rel}: timestamps out of order or values not finite")
+    values = pc.fill_null(table.column("Value"), float("nan")).to_numpy().astype(np.float64)
+    labels = pc.fill_null(table.column("Label"), 0).to_numpy().astype(np.int64)
+    if np.any(np.diff(times) < np.timedelta64(0, "ns")):
+        raise ValueError(f"{rel}: timestamps out of order")
+    # A row with no (or no finite) value is a missing point: skipped, as a streaming
+    # detector never sees it; the series is kept.
+    present = np.isfinite(values)
+    times, values, labels = times[present], values[present], labels[present]
     keep = np.r_[True, np.diff(times) > np.timedelta64(0, "ns")]
     times, values, labels = times[keep], values[keep], labels[keep]
     meta = path.with_name(path.name + "-metadata.json")
     notes = json.loads(meta.read_text()).get("notes", []) if meta.exists() else []
     return KpiSeries(rel, times, values, labels, run_windows(times, labels),
-                     int((~keep).sum()), " ".join(str(n).strip() for n in notes))
+                     int((~keep).sum()), " ".join(str(n).strip() for n in notes),
+                     int((~present).sum()))
 
 
 def load_corpus(root: Path) -> dict[str, KpiSeries]:

@@ -69,6 +69,12 @@ class PetShopReport:
     results: list[IssueResult] = field(default_factory=list)
     seconds: float = 0.0
     symptom_led: bool = True
+    peers: bool = True
+
+    @property
+    def label(self) -> str:
+        return (("symptom-led" if self.symptom_led else "no symptom")
+                + (", peers" if self.peers else ""))
 
     def recall(self, k: int, metric: str | None = None) -> float:
         rs = [r for r in self.results if metric is None or r.issue.metric == metric]
@@ -134,18 +140,19 @@ def _points(path: Path) -> tuple[pa.Table, Window]:
     return table, Window(start, end)
 
 
-def load_issue(store: Store, issue: Issue, baseline: tuple[pa.Table, Window]
-               ) -> tuple[Window, Window]:
-    """Load the baseline and one issue into ``store``; return (baseline, anomaly): the
-    anomaly window runs from the step the alarm fell in for ANOMALY_STEPS steps (the
-    issue's file also holds the minutes before the fault)."""
+def load_issue(store: Store, issue: Issue, baseline: tuple[pa.Table, Window] | None = None
+               ) -> Window:
+    """Load one issue (and ``baseline``, when given) into ``store``; return its anomaly
+    window: from the step the alarm fell in, for ANOMALY_STEPS steps (the issue's file also
+    holds the minutes before the fault)."""
     anomalous, _ = _points(issue.folder / "metrics.csv")
-    store.append(METRIC_POINTS.name, pa.concat_tables([baseline[0], anomalous]))
+    tables = [anomalous] if baseline is None else [baseline[0], anomalous]
+    store.append(METRIC_POINTS.name, pa.concat_tables(tables))
     times = sorted({t // 1_000_000_000 for t in
                     anomalous.column("time").cast(pa.int64()).to_pylist()})
     first = max((t for t in times if t <= issue.alarm_s), default=times[0])
     start = datetime.fromtimestamp(first, UTC)
-    return baseline[1], Window(start, start + timedelta(seconds=ANOMALY_STEPS * STEP_S))
+    return Window(start, start + timedelta(seconds=ANOMALY_STEPS * STEP_S))
 
 
 def _symptom(issue: Issue) -> Symptom:
@@ -155,23 +162,30 @@ def _symptom(issue: Issue) -> Symptom:
 
 
 def run_petshop(scenario_dir: Path, config: RankConfig | None = None,
-                symptom_led: bool = True) -> PetShopReport:
-    """Rank every issue of one traffic scenario (``.../dataset/low_traffic``)."""
+                symptom_led: bool = True, peers: bool = True) -> PetShopReport:
+    """Rank every issue of one traffic scenario (``.../dataset/low_traffic``). The scenario's
+    files cover disjoint times, so they share one store. ``peers``: each issue is ranked with
+    the scenario's *other* issues' anomaly windows as its peers (``rank(peers=...)``; their
+    metrics only, never their root causes): leave-one-issue-out."""
     started = time.monotonic()
     graph = load_graph(scenario_dir / "graph.csv")
-    baseline = _points(scenario_dir / "noissue" / "metrics.csv")
-    report = PetShopReport(symptom_led=symptom_led)
-    for issue in issues(scenario_dir):
-        store = Store(None)
-        try:
-            base, anomaly = load_issue(store, issue, baseline)
-            ranked = rank(store, anomaly, base, entity="service.name", config=config,
-                          topology=graph, symptom=_symptom(issue) if symptom_led else None)
-        finally:
-            store.close()
-        names = [r.entity for r in ranked]
-        pos = names.index(issue.root_cause) + 1 if issue.root_cause in names else None
-        report.results.append(IssueResult(issue, pos, ranked[:5]))
+    report = PetShopReport(symptom_led=symptom_led, peers=peers)
+    all_issues = issues(scenario_dir)
+    store = Store(None)
+    try:
+        base_points, base = _points(scenario_dir / "noissue" / "metrics.csv")
+        store.append(METRIC_POINTS.name, base_points)
+        windows = {issue.id: load_issue(store, issue) for issue in all_issues}
+        for issue in all_issues:
+            others = [w for i, w in windows.items() if i != issue.id] if peers else []
+            ranked = rank(store, windows[issue.id], base, entity="service.name",
+                          config=config, topology=graph,
+                          symptom=_symptom(issue) if symptom_led else None, peers=others)
+            names = [r.entity for r in ranked]
+            pos = names.index(issue.root_cause) + 1 if issue.root_cause in names else None
+            report.results.append(IssueResult(issue, pos, ranked[:5]))
+    finally:
+        store.close()
     report.seconds = time.monotonic() - started
     return report
 
@@ -190,7 +204,7 @@ def render(reports: list[PetShopReport], baseline: dict[str, tuple[float, float]
     """recall@1 / @3 per issue metric, each report and the published traversal."""
     lines = ["| method | issue metric | issues | recall@1 | recall@3 |", "|---|---|---|---|---|"]
     for report in reports:
-        label = "aiops rca, symptom-led" if report.symptom_led else "aiops rca, no symptom"
+        label = f"aiops rca, {report.label}"
         for metric in ("latency", "availability"):
             lines.append(f"| {label} | {metric} | {report.count(metric)} | "
                          f"{report.recall(1, metric):.3f} | {report.recall(3, metric):.3f} |")
@@ -199,7 +213,7 @@ def render(reports: list[PetShopReport], baseline: dict[str, tuple[float, float]
     for report in reports:
         missed = ", ".join(f"{r.issue.split}/{r.issue.name}={r.rank}" for r in report.results
                            if r.rank != 1)
-        lines += ["", f"{'symptom-led' if report.symptom_led else 'no symptom'}: "
+        lines += ["", f"{report.label}: "
                   f"{len(report.results)} issues in {report.seconds:.1f} s; not first: "
                   f"{missed or 'none'}."]
     return "\n".join(lines)
@@ -214,7 +228,8 @@ def main(argv: list[str] | None = None) -> None:
         "shared" / "datasets"
     scenario = args[1] if len(args) > 1 else "low_traffic"
     folder = datasets / "petshop" / "dataset" / scenario
-    reports = [run_petshop(folder, symptom_led=False), run_petshop(folder)]
+    reports = [run_petshop(folder, symptom_led=led, peers=peers)
+               for peers in (False, True) for led in (False, True)]
     print(render(reports, published(
         datasets / "published" / "petshop_notebook_traversal_baseline.csv", scenario)))
 

@@ -78,7 +78,7 @@ __all__ = [
 def rank(db: Store | duckdb.DuckDBPyConnection, anomaly: Window,
          baseline: Window | Sequence[Window], entity: str = "service.name",
          config: RankConfig | None = None, topology: ServiceMap | None = None,
-         symptom: Symptom | None = None) -> list[RootCause]:
+         symptom: Symptom | None = None, peers: Sequence[Window] = ()) -> list[RootCause]:
     """Rank candidate entities as the root cause of what happened in ``anomaly``.
 
     ``baseline`` is one or more windows of normal behaviour (they must not overlap the
@@ -88,7 +88,10 @@ def rank(db: Store | duckdb.DuckDBPyConnection, anomaly: Window,
     (a service map) to those read off spans, for stacks with few or no traces. ``symptom``:
     the entity whose users saw the fault (the SLO that burns, the node that alarmed); where
     no call was seen in traces (only ``topology``'s), the ranking then starts from it
-    (``symptom.symptom_order``).
+    (``symptom.symptom_order``). ``peers``: the anomaly windows of the same system's other
+    incidents; a metric's move counts only beyond the level it typically holds in them
+    (``metrics.metric_evidence``), so what moves with every incident does not outrank the
+    cause. Peers that overlap the anomaly window are left out.
     """
     cfg = config or RankConfig()
     base = [baseline] if isinstance(baseline, Window) else list(baseline)
@@ -97,7 +100,9 @@ def rank(db: Store | duckdb.DuckDBPyConnection, anomaly: Window,
     if any(b.start_ns < anomaly.end_ns and anomaly.start_ns < b.end_ns for b in base):
         raise ValueError("baseline windows must not overlap the anomaly window")
     reader: Db = StoreDb(db) if isinstance(db, Store) else ConnDb(db)
-    scope = Scope(anomaly, base, entity_sql(entity))
+    others = tuple(p for p in peers
+                   if not (p.start_ns < anomaly.end_ns and anomaly.start_ns < p.end_ns))
+    scope = Scope(anomaly, base, entity_sql(entity), others)
     evidence = metric_evidence(reader, scope, cfg)
     with span_facts(reader, scope, cfg) as spans:
         latency = spans.latency_evidence()

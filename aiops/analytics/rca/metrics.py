@@ -1,5 +1,7 @@
 """Metric evidence (BARO-style): the level a series held in the anomaly window against its
-baseline median, in baseline IQRs; the metric's name gives the fault class."""
+baseline median, in baseline IQRs; the metric's name gives the fault class. Where the scope
+has peers (the same system's other incidents), the move counts only beyond the level the
+series typically holds in them (the median of their levels)."""
 
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ def metric_evidence(db: Db, scope: Scope, cfg: RankConfig) -> list[Evidence]:
             SELECT * REPLACE (CASE WHEN regexp_matches(lower(name), '{_BOUNDED_SHARE}')
                               THEN (CASE WHEN max(v) OVER s > 1 THEN 100 ELSE 1 END) - v
                               ELSE v END AS v),
-                   {scope.phase('time')} AS phase FROM series
+                   {scope.phase('time')} AS phase, {scope.peer('time')} AS peer FROM series
             WHERE v IS NOT NULL AND isfinite(v)
             WINDOW s AS (PARTITION BY ent, name, labels)
         ), b AS (
@@ -78,12 +80,25 @@ def metric_evidence(db: Db, scope: Scope, cfg: RankConfig) -> list[Evidence]:
             SELECT ent, name, labels, quantile_cont(v, {1 - cfg.anomaly_q}) AS hi,
                    quantile_cont(v, {cfg.anomaly_q}) AS lo
             FROM ph WHERE phase = 1 GROUP BY ALL
+        ), pl AS (
+            -- Each peer incident's level, as the anomaly's is taken.
+            SELECT ent, name, labels, peer, quantile_cont(v, {1 - cfg.anomaly_q}) AS hi,
+                   quantile_cont(v, {cfg.anomaly_q}) AS lo
+            FROM ph WHERE peer IS NOT NULL GROUP BY ALL
+        ), p AS (
+            -- The level this series typically holds in the system's incidents: a move that
+            -- every incident brings (load, a shared dependency) is not this one's cause.
+            SELECT ent, name, labels, median(hi) AS p_hi, median(lo) AS p_lo
+            FROM pl GROUP BY ALL HAVING count(*) >= {cfg.min_peers}
+        ), d AS (
+            SELECT a.ent, a.name, a.labels, med, hi, lo, spread,
+                   hi - greatest(med, coalesce(p_hi, med)) AS up,
+                   least(med, coalesce(p_lo, med)) - lo AS down
+            FROM a JOIN b USING (ent, name, labels) LEFT JOIN p USING (ent, name, labels)
         )
-        SELECT a.ent, a.name, a.labels, med,
-               CASE WHEN hi - med >= med - lo THEN hi ELSE lo END AS level,
-               greatest(hi - med, med - lo) / spread AS z
-        FROM a JOIN b USING (ent, name, labels)
-        WHERE greatest(hi - med, med - lo) / spread >= {cfg.threshold}"""
+        SELECT ent, name, labels, med, CASE WHEN up >= down THEN hi ELSE lo END AS level,
+               greatest(up, down) / spread AS z
+        FROM d WHERE greatest(up, down) / spread >= {cfg.threshold}"""
     out = []
     for ent, name, labels, med, level, z in db.rows(sql):
         family = metric_family(str(name))

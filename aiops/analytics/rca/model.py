@@ -117,6 +117,10 @@ class RankConfig:
     min_points: int = 3
     min_spans: int = 5
     min_execs: int = 5
+    # Peer incidents (``rank(peers=...)``) needed before their typical level is a reference:
+    # the median of fewer is one incident's level, which may be this fault repeated. Fixed
+    # before any figure (not tuned).
+    min_peers: int = 3
     # A rate that rose counts this share of one that fell: data and state drift make new
     # paths common, while a path the code always took and no longer takes is the sharper
     # sign (Nezha ranks vanished patterns only).

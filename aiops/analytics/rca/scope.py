@@ -72,9 +72,14 @@ END = "<end>"
 
 @dataclass(frozen=True)
 class Scope:
+    """The anomaly window, the baseline windows, and ``peers``: the anomaly windows of the same
+    system's other incidents (what moves in every incident, e.g. with the load an incident
+    brings, is not this incident's cause)."""
+
     anomaly: Window
     baseline: list[Window]
     entity: str
+    peers: tuple[Window, ...] = ()
 
     def phase(self, column: str) -> str:
         """SQL: 1 inside the anomaly window, 0 inside a baseline window, else NULL."""
@@ -92,13 +97,21 @@ class Scope:
         return (f"({column} >= make_timestamp_ns({w.start_ns}) AND "
                 f"{column} < make_timestamp_ns({w.end_ns}))")
 
+    def peer(self, column: str) -> str:
+        """SQL: which peer window ``column`` falls in (0..), else NULL."""
+        if not self.peers:
+            return "NULL"
+        cases = " ".join(f"WHEN {self._inside(w, column)} THEN {i}"
+                         for i, w in enumerate(self.peers))
+        return f"CASE {cases} END"
+
     def bucket(self, column: str) -> str:
         """SQL: ANOM in the anomaly window, the epoch minute in a baseline window."""
         return (f"CASE WHEN {self.phase(column)} = 1 THEN {ANOM} "
                 f"ELSE epoch_ns({column}) // {MINUTE_NS} END")
 
     def bounds(self, column: str) -> str:
-        lo = min(w.start_ns for w in [self.anomaly, *self.baseline])
-        hi = max(w.end_ns for w in [self.anomaly, *self.baseline])
+        lo = min(w.start_ns for w in [self.anomaly, *self.baseline, *self.peers])
+        hi = max(w.end_ns for w in [self.anomaly, *self.baseline, *self.peers])
         return (f"{column} >= make_timestamp_ns({lo}) AND "
                 f"{column} < make_timestamp_ns({hi})")

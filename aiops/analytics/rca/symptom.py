@@ -59,11 +59,14 @@ def leads(symptom: FaultClass | None, evidence: FaultClass) -> bool:
 class Walk:
     """Where a symptom leads: ``ends`` (anomalous entities on its path with no anomalous
     callee: the likely causes), ``on_path`` (every anomalous entity it reached, ends
-    included) and each reached entity's ``depth`` (shortest distance from the symptom)."""
+    included), each reached entity's ``depth`` (shortest distance from the symptom) and
+    ``callers`` (how many anomalous entities call it: an end that more of the anomaly
+    converges on explains more of it)."""
 
     ends: frozenset[str]
     on_path: frozenset[str]
     depth: Mapping[str, int]
+    callers: Mapping[str, int]
 
     def group(self, entity: str) -> int:
         """0: where the walk ends, 1: a caller on the walk (it suffers), 2: not reached."""
@@ -72,27 +75,46 @@ class Walk:
 
 def walk(start: str, edges: Iterable[tuple[str, str]], anomalous: Set[str]) -> Walk:
     """Breadth first from ``start`` along ``edges`` (caller, callee), through callees in
-    ``anomalous`` only."""
+    ``anomalous`` only, and through pass-through nodes: a node with one caller and one callee
+    (a load balancer, a gateway, a function's trigger) relays the call, so the walk looks
+    through it to its callee even when the relay's own figures did not move."""
     callees: dict[str, set[str]] = defaultdict(set)
+    callers: dict[str, set[str]] = defaultdict(set)
     for caller, callee in edges:
         if caller != callee:
             callees[caller].add(callee)
+            callers[callee].add(caller)
+
+    def onward(node: str) -> list[tuple[str, int]]:
+        """The anomalous callees of ``node``, each with its distance (relays seen through)."""
+        out = []
+        for c in sorted(callees[node]):
+            hops, seen = 1, {node}
+            while (c not in anomalous and c not in seen and len(callers[c]) == 1
+                   and len(callees[c]) == 1):
+                seen.add(c)
+                c, hops = next(iter(callees[c])), hops + 1
+            if c in anomalous:
+                out.append((c, hops))
+        return out
+
     on_path: set[str] = set()
     ends: set[str] = set()
     depth = {start: 0}
     todo = [start]
     while todo:
         here = todo.pop(0)
-        onward = [c for c in sorted(callees[here]) if c in anomalous]
+        next_ = onward(here)
         if here in anomalous:
             on_path.add(here)
-            if not onward:
+            if not next_:
                 ends.add(here)
-        for c in onward:
+        for c, hops in next_:
             if c not in depth:
-                depth[c] = depth[here] + 1
+                depth[c] = depth[here] + hops
                 todo.append(c)
-    return Walk(frozenset(ends), frozenset(on_path), depth)
+    converge = {e: sum(1 for c in callers[e] if c in anomalous) for e in on_path}
+    return Walk(frozenset(ends), frozenset(on_path), depth, converge)
 
 
 def seen_at(entity: str, evidence: Iterable[Evidence], cfg: RankConfig) -> FaultClass | None:
@@ -121,11 +143,15 @@ def symptom_order(ranked: list[RootCause], symptom: Symptom, edges: Iterable[tup
         return ranked
     order = {c.entity: i for i, c in enumerate(ranked)}
 
-    def key(c: RootCause) -> tuple[int, int, float, int]:
+    def key(c: RootCause) -> tuple[int, int, int, float, int]:
         group = path.group(c.entity)
         if group == 2:
-            return group, 0, 0.0, order[c.entity]
-        # On the walk, the deeper first (the likelier cause), then the stronger.
-        return group, -path.depth[c.entity], -strength[c.entity], order[c.entity]
+            return group, 0, 0, 0.0, order[c.entity]
+        # On the walk, the deeper first (the likelier cause), then the one more of the
+        # anomaly converges on (a dependency seen from one caller only, such as the client's
+        # view of a load balancer, explains less than the service all its callers see
+        # failing), then the stronger.
+        return (group, -path.depth[c.entity], -path.callers[c.entity], -strength[c.entity],
+                order[c.entity])
 
     return sorted(ranked, key=key)

@@ -406,3 +406,37 @@ def test_an_availability_drop_from_100_percent_is_errors(store: Store) -> None:
     ranked = rank(store, Window(t0 + timedelta(minutes=50), t0 + timedelta(minutes=60)),
                   Window(t0, t0 + timedelta(minutes=50)))
     assert [(r.entity, r.fault_class) for r in ranked] == [("search", FaultClass.ERRORS)]
+
+
+def test_a_move_every_peer_incident_shows_is_not_this_incidents_cause(store: Store) -> None:
+    """Peers: the same system's other incidents. A worker whose latency rises in every one of
+    them (load moves it, not the fault) does not outrank the database that moved only now;
+    without peers it does (found on PetShop's held-out traffic scenarios)."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    incidents = [t0 + timedelta(hours=h) for h in (2, 4, 6, 8, 10)]  # the last is this one
+    times, values, services = [], [], []
+
+    def point(t: datetime, svc: str, v: float) -> None:
+        times.append(t)
+        values.append(v)
+        services.append(svc)
+
+    for i in range(60):  # the healthy hour
+        point(t0 + timedelta(minutes=i), "worker", 10.0 + i % 3)
+        point(t0 + timedelta(minutes=i), "db", 5.0 + i % 2)
+    for start in incidents:
+        for i in range(10):
+            point(start + timedelta(minutes=i), "worker", 60.0 + i % 3)  # every incident
+            point(start + timedelta(minutes=i), "db", 20.0 if start == incidents[-1] else 5.0)
+    n = len(times)
+    store.append("metric_points", pa.table({
+        "time": pa.array(times, pa.timestamp("ns")), "name": ["latency_Average"] * n,
+        "type": ["gauge"] * n, "value": values, "service_name": services,
+        "resource_attributes": [json.dumps({"service.name": s}) for s in services]}))
+    windows = [Window(s, s + timedelta(minutes=10)) for s in incidents]
+    healthy = Window(t0, t0 + timedelta(minutes=60))
+    assert rank(store, windows[-1], healthy)[0].entity == "worker"
+    with_peers = rank(store, windows[-1], healthy, peers=windows)  # its own window is left out
+    assert [r.entity for r in with_peers] == ["db"]
+    # Too few peers to say what an incident typically looks like: no change.
+    assert rank(store, windows[-1], healthy, peers=windows[:2])[0].entity == "worker"

@@ -29,10 +29,31 @@ EDGES = {("site", "search"), ("search", "db"), ("site", "pay"), ("pay", "queue")
 
 
 def test_a_caller_that_only_suffers_ranks_below_the_callee_where_the_walk_ends() -> None:
+    edges = EDGES | {("pay", "mail")}
     evidence = [_ev("site", 90), _ev("search", 60), _ev("db", 8), _ev("queue", 40)]
     # Loudest first: site, search, queue, db. From the site, slow callees lead to the db,
-    # and the queue is reached through pay, whose own latency did not move: off the walk.
-    assert _order(evidence, EDGES, Symptom("site", LAT)) == ["db", "search", "site", "queue"]
+    # and the queue is reached through pay, a service whose own latency did not move: off
+    # the walk.
+    assert _order(evidence, edges, Symptom("site", LAT)) == ["db", "search", "site", "queue"]
+
+
+def test_the_walk_looks_through_a_pass_through_node() -> None:
+    # pay has one caller and one callee (the role of a load balancer or a gateway): it relays
+    # the call, so a slow queue behind it is reached though pay's own figures did not move.
+    evidence = [_ev("site", 90), _ev("search", 60), _ev("db", 8), _ev("queue", 40)]
+    order = _order(evidence, EDGES, Symptom("site", LAT))
+    # Both ends are two calls deep; the db first, as its caller moved too.
+    assert order[:2] == ["db", "queue"]
+
+
+def test_among_ends_as_deep_the_one_more_of_the_anomaly_converges_on_leads() -> None:
+    # A load balancer seen only from the site (a leaf with one caller) and the search service
+    # behind it, which its own client also sees failing: the lb's errors are louder, but the
+    # search is where more of the anomaly converges.
+    edges = {("site", "lb"), ("site", "search"), ("client", "search")}
+    evidence = [_ev("site", 20, ERR), _ev("lb", 300, ERR), _ev("search", 200, ERR),
+                _ev("client", 15, ERR)]
+    assert _order(evidence, edges, Symptom("site", ERR))[:2] == ["search", "lb"]
 
 
 def test_the_walk_follows_the_symptoms_kind_only() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from aiops.analytics.metric_live import MethodSpec
-from aiops.evals.cloud_kpi import KpiSeries, labelled_runs, load_corpus, run_windows
+from aiops.evals.cloud_kpi import KpiSeries, labelled_runs, load_corpus, read_kpi, run_windows
 from aiops.evals.detector_transfer import FROZEN, TransferReport, render, run_transfer
 from aiops.evals.nab_loco import BASELINE, NAB_STANDARD_CHOICE
 from aiops.evals.nab_score import CostMatrix, sweep_file
@@ -43,6 +43,23 @@ def test_each_run_of_labelled_points_is_one_window() -> None:
     assert run_windows(ts, labels) == [(ts[1], ts[2]), (ts[4], ts[5]), (ts[8], ts[10]),
                                        (ts[12], ts[12])]
     assert run_windows(ts, np.zeros(len(labels))) == []
+
+
+def test_a_missing_value_is_a_skipped_point_not_a_refused_series(tmp_path: Path) -> None:
+    family = tmp_path / "fam"
+    family.mkdir()
+    (family / "s.csv").write_text(
+        "TimeStamp,Value,Label\n"
+        "2018-01-01T00:00:00Z,1.0,0\n"
+        "2018-01-01T01:00:00Z,,0\n"         # an empty value
+        "2018-01-01T02:00:00Z,3.0,1\n"
+        "2018-01-01T03:00:00Z,nan,1\n"      # not finite
+        "2018-01-01T04:00:00Z,5.0,\n")      # no label: not labelled
+    s = read_kpi(tmp_path, "fam/s.csv")
+    assert s.values.tolist() == [1.0, 3.0, 5.0]
+    assert s.labels.tolist() == [0, 1, 0]
+    assert s.missing == 2
+    assert len(s.windows) == 1
 
 
 # -- on the corpus -----------------------------------------------------------------------------
