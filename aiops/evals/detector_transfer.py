@@ -68,6 +68,18 @@ class Scored:
     counts: EventCounts
     quiet_fp: int              # detections on the quiet series among the files
     nab: float | None          # NAB standard, normalised over the files (None: no events)
+    days: float = 0.0          # series-days the files' scored rows span
+    quiet_days: float = 0.0    # ... of those, on the quiet series
+
+    @property
+    def fp_per_day(self) -> float | None:
+        """False alarms per series-day, over all the files."""
+        return self.counts.fp / self.days if self.days else None
+
+    @property
+    def quiet_fp_per_day(self) -> float | None:
+        """False alarms per series-day on the series with no anomaly (None: none among them)."""
+        return self.quiet_fp / self.quiet_days if self.quiet_days else None
 
     @property
     def f1(self) -> float | None:
@@ -88,8 +100,10 @@ def scored(tables: Mapping[str, Mapping[str, FileTable]], key: str, files: Seque
            index: int) -> Scored:
     table = tables[key]
     result = held_out(table, files, index)
-    quiet_fp = sum(table[f].counts[index].fp for f in files if table[f].labelled == 0)
-    return Scored(key, THRESHOLDS[index], result.counts, quiet_fp, result.nab)
+    quiet = [f for f in files if table[f].labelled == 0]
+    quiet_fp = sum(table[f].counts[index].fp for f in quiet)
+    return Scored(key, THRESHOLDS[index], result.counts, quiet_fp, result.nab,
+                  sum(table[f].days for f in files), sum(table[f].days for f in quiet))
 
 
 def oracle(tables: Mapping[str, Mapping[str, FileTable]], key: str,
@@ -113,7 +127,8 @@ def _f1_range(tables: Mapping[str, Mapping[str, FileTable]], keys: Sequence[str]
 
 def _pool(results: Sequence[Scored]) -> Scored:
     counts = sum((r.counts for r in results), EventCounts())
-    return Scored("pooled", float("nan"), counts, sum(r.quiet_fp for r in results), None)
+    return Scored("pooled", float("nan"), counts, sum(r.quiet_fp for r in results), None,
+                  sum(r.days for r in results), sum(r.quiet_days for r in results))
 
 
 @dataclass(frozen=True)

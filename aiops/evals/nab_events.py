@@ -99,6 +99,7 @@ class FileTable:
     labelled: int                   # windows labelled (NAB's perfect score counts them all)
     null_none: float                # NAB raw score detecting nothing
     null_all: float                 # ... and detecting every row (the null detector's options)
+    days: float = 0.0               # time the scored rows span (false alarms per series-day)
 
 
 def file_table(name: str, timestamps: npt.NDArray[np.datetime64], scores: FloatArray,
@@ -125,4 +126,6 @@ def file_table(name: str, timestamps: npt.NDArray[np.datetime64], scores: FloatA
         tp = float(sweep.sweep[d[w >= 0][hit_at]].sum())
         raw[j] = fp + tp - cost.fn * (sweep.windows - len(hit_w))
         counts.append(event_counts(sweep.window, d))
-    return FileTable(name, raw, counts, sweep.windows, len(windows), none, every)
+    scored = timestamps[first:]
+    days = float((scored[-1] - scored[0]) / np.timedelta64(1, "s")) / 86400 if len(scored) else 0.0
+    return FileTable(name, raw, counts, sweep.windows, len(windows), none, every, days)

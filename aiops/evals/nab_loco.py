@@ -24,7 +24,7 @@ so its false-positive alarms are reported instead; it does take part in every tr
 
 The candidate and threshold chosen the same way on all seven categories is
 ``NAB_STANDARD_CHOICE`` (the live default until 2026-12-06). The live default
-(``LIVE_DEFAULT`` in ``aiops.analytics.metric_live``) is now chosen by event F1 on NAB and
+(``LIVE_DEFAULT`` in ``aiops.analytics.metric_live``) is now chosen by event F0.5 on NAB and
 cloud_kpi together (``aiops.evals.detector_choice``): selection by NAB standard score did not
 transfer to the second corpus (``aiops.evals.detector_transfer``).
 """
