@@ -120,8 +120,11 @@ def rank(db: Store | duckdb.DuckDBPyConnection, anomaly: Window,
     if topology is not None and entity == "service.name":
         calls |= topology.edges
     evidence = [e for e in evidence if e.entity]
-    ranked = combine_evidence(evidence, calls, cfg)
-    if symptom is None or any(a != b for a, b in calls - (topology.edges if topology else set())):
+    traced = any(a != b for a, b in calls - (topology.edges if topology else set()))
+    # Only a declared graph: roles in it (relays, where the anomaly converges) order what
+    # the evidence alone cannot (combine_evidence).
+    ranked = combine_evidence(evidence, calls, cfg, roles=topology is not None and not traced)
+    if symptom is None or traced:
         # Calls seen in traces: the combiner already tells a cause from the callers that
         # suffer it, span by span, more finely than the walk's anomaly test (Nezha's
         # traced systems lost to the walk: TrainTicket AS@1 0.96 -> 0.57).

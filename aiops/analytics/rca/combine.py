@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 
 from aiops.analytics.rca.model import Evidence, EvidenceKind, FaultClass, RankConfig, RootCause
 
+_SYMPTOMS = frozenset({FaultClass.LATENCY, FaultClass.ERRORS})
+
 
 def _source(e: Evidence) -> str:
     if e.fault_class is FaultClass.CRASH:
@@ -33,7 +35,12 @@ def _strength(z: float, cfg: RankConfig, tie_break: bool = True) -> float:
 
 
 def combine_evidence(evidence: Iterable[Evidence], edges: set[tuple[str, str]],
-             cfg: RankConfig) -> list[RootCause]:
+                     cfg: RankConfig, roles: bool = False) -> list[RootCause]:
+    """One score per entity, callers discounted. ``roles`` (a graph with no traced calls:
+    the edges are declared, so a caller's evidence cannot be told from its callee's span by
+    span): a pass-through node (one caller, one callee) ranks just below the callee it
+    relays to, and among entities whose evidence is past the cap alike, the one more
+    entities with evidence call (more of the anomaly converges on it) comes first."""
     by_entity: dict[str, list[Evidence]] = defaultdict(list)
     for e in evidence:
         by_entity[e.entity].append(e)
@@ -53,17 +60,81 @@ def combine_evidence(evidence: Iterable[Evidence], edges: set[tuple[str, str]],
             [cfg.weights.get(src, 0.5) * _strength(e.score, cfg, tie_break=False)
              for src, e in best.items()], cfg)
         classes[ent] = _class_of(best, weighted)
-    final = dict(scores)
+    final, level = dict(scores), dict(saturated)
     for caller, callee in edges:
         # Evidence past the cap on both ends is a tie: the callee, deeper, is likelier.
         if (caller != callee and caller in scores and callee in scores
                 and saturated[callee] >= cfg.callee_share * saturated[caller]):
             final[caller] = min(final[caller], scores[caller] * cfg.caller_discount)
+            level[caller] = min(level[caller], saturated[caller] * cfg.caller_discount)
+    if roles:
+        # What a relay can pass on: its users' symptom (latency, errors) only. A node whose
+        # own resources moved (CPU, memory, network, a crash) is working, not relaying.
+        relayed = {ent: {e.fault_class for e in items}
+                   for ent, items in by_entity.items()
+                   if all(e.fault_class in _SYMPTOMS for e in items)}
+        _see_through_relays(final, level, edges, relayed, by_entity)
+        callers: dict[str, set[str]] = defaultdict(set)
+        for caller, callee in edges:
+            if caller != callee and caller in final:
+                callers[callee].add(caller)
+        ranked = sorted(final, key=lambda e: (-round(level[e], 9), -len(callers[e]),
+                                              -final[e], e))
+    else:
+        ranked = sorted(final, key=lambda e: (-final[e], e))
     total = sum(final.values()) or 1.0
-    ranked = sorted(final, key=lambda e: (-final[e], e))
     return [RootCause(ent, classes[ent], final[ent] / total, final[ent],
                       sorted(by_entity[ent], key=lambda e: -e.score)[: cfg.max_evidence])
             for ent in ranked]
+
+
+def _see_through_relays(final: dict[str, float], level: dict[str, float],
+                        edges: set[tuple[str, str]], relayed: Mapping[str, set[FaultClass]],
+                        by_entity: Mapping[str, list[Evidence]]) -> None:
+    """A node with one caller and one callee relays the call (a load balancer, a gateway, a
+    function's trigger): when its own evidence is a symptom only (``relayed``) and the node
+    it relays to (through further relays) shows the same kind, the relay ranks just below
+    it, as a caller that only suffers."""
+    callees: dict[str, set[str]] = defaultdict(set)
+    callers: dict[str, set[str]] = defaultdict(set)
+    for caller, callee in edges:
+        if caller != callee:
+            callees[caller].add(callee)
+            callers[callee].add(caller)
+
+    def relay(n: str) -> bool:
+        return len(callers[n]) == 1 and len(callees[n]) == 1
+
+    def target(n: str) -> str | None:
+        seen = {n}
+        t = next(iter(callees[n]))
+        while t not in final and relay(t) and t not in seen:
+            seen.add(t)
+            t = next(iter(callees[t]))
+        return t if t in final else None
+
+    # Deepest relays first, so a chain of them ends up in order below its target.
+    for r in sorted((n for n in final if relay(n)), key=lambda n: _depth(n, callees)):
+        t = target(r)
+        if (t is not None and t != r and r in relayed
+                and relayed[r] & {e.fault_class for e in by_entity[t]}):
+            final[r] = min(final[r], 0.99 * final[t])
+            level[r] = min(level[r], 0.99 * level[t])
+
+
+def _depth(node: str, callees: Mapping[str, set[str]]) -> int:
+    """How many calls lie below ``node`` on its longest acyclic path."""
+    seen: set[str] = set()
+
+    def down(n: str) -> int:
+        if n in seen:
+            return 0
+        seen.add(n)
+        d = 1 + max((down(c) for c in callees.get(n, ())), default=-1)
+        seen.discard(n)
+        return d
+
+    return down(node)
 
 
 def _entity_score(weighted: Iterable[float], cfg: RankConfig) -> float:

@@ -95,3 +95,43 @@ def test_a_symptom_that_shows_only_causes_changes_nothing() -> None:
     evidence = [_ev("site", 8, FaultClass.MEMORY), _ev("search", 400, FaultClass.CPU),
                 _ev("db", 10, FaultClass.MEMORY)]
     assert _order(evidence, EDGES, Symptom("site")) == ["search", "db", "site"]
+
+
+# -- roles in a declared graph, without a symptom (combine_evidence(roles=True)) ----------------
+
+
+def _combined(evidence: list[Evidence], edges: set[tuple[str, str]], roles: bool) -> list[str]:
+    from aiops.analytics.rca.combine import combine_evidence
+
+    return [c.entity for c in combine_evidence(evidence, edges, CFG, roles=roles)]
+
+
+def test_a_relay_ranks_just_below_the_node_it_relays_to() -> None:
+    # api -> trigger -> function: the trigger (one caller, one callee) reports the function's
+    # slowness louder than the function itself.
+    edges = {("api", "trigger"), ("trigger", "function")}
+    evidence = [_ev("trigger", 60), _ev("function", 40), _ev("api", 5)]
+    assert _combined(evidence, edges, roles=False)[0] == "trigger"
+    assert _combined(evidence, edges, roles=True)[:2] == ["function", "trigger"]
+
+
+def test_a_node_whose_own_resources_moved_is_working_not_relaying() -> None:
+    # front -> catalogue -> catalogue-db: the catalogue has one caller and one callee, but its
+    # CPU moved; the database's memory drift does not take its place (RCD's Sock Shop).
+    edges = {("front", "catalogue"), ("catalogue", "catalogue-db")}
+    evidence = [_ev("catalogue", 80, FaultClass.CPU), _ev("catalogue", 20),
+                _ev("catalogue-db", 6, FaultClass.MEMORY)]
+    assert _combined(evidence, edges, roles=True)[0] == "catalogue"
+
+
+def test_past_the_cap_the_node_more_of_the_anomaly_converges_on_leads() -> None:
+    # Both failing past the cap: the lb's node (seen from the site only) and the search
+    # service (its own client fails too).
+    edges = {("site", "lb"), ("site", "search"), ("client", "search")}
+    evidence = [_ev("lb", 5000, ERR), _ev("search", 3000, ERR), _ev("client", 400, ERR),
+                _ev("site", 10, ERR)]
+    assert _combined(evidence, edges, roles=False)[0] == "lb"
+    assert _combined(evidence, edges, roles=True)[0] == "search"
+    # Below the cap the evidence still decides.
+    weaker = [_ev("lb", 60, ERR), _ev("search", 30, ERR), _ev("client", 20, ERR)]
+    assert _combined(weaker, edges, roles=True)[0] == "lb"
