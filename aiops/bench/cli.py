@@ -537,14 +537,27 @@ def bench_topology(datasets: DatasetsOption = DATASETS) -> None:
 def bench_logs(datasets: DatasetsOption = DATASETS,
                loso: Annotated[bool, typer.Option(
                    help="Also run the leave-one-system-out protocol (the figures that speak "
-                        "for unseen systems; about half a minute).")] = True) -> None:
+                        "for unseen systems; about half a minute).")] = True,
+               slices: Annotated[str, typer.Option(
+                   help="Also mine each system in slices of these many lines (comma-separated, "
+                        "e.g. 200,500; empty: none): fewer lines per template, where "
+                        "over-splitting shows.")] = "") -> None:
     """Log parsing on Loghub-2.0 2k: GA and PA per system at the frozen defaults, beside Drain's
     published rows; then each system held out, scored with the setting chosen on the others."""
-    from aiops.evals.loghub import PUBLISHED_FILE, render, run_loghub
+    from aiops.evals.loghub import PUBLISHED_FILE, render, render_slices, run_loghub, run_slices
 
     _need(datasets / "loghub2k")
+    try:
+        sizes = [int(x) for x in slices.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"--slices takes line counts such as 200,500, not {slices!r}") from None
+    if any(n < 2 for n in sizes):
+        raise typer.BadParameter("--slices: each slice needs at least 2 lines")
     published = datasets / "published" / PUBLISHED_FILE
     console.print(render(run_loghub(datasets / "loghub2k", published)))
+    if sizes:
+        console.print(render_slices(run_slices(datasets / "loghub2k", sizes)))
     if loso:
         from aiops.evals.loghub_loso import describe, render_loso, run_loso
 

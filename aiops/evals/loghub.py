@@ -27,7 +27,7 @@ import csv
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from aiops.store import Store
 __all__ = [
     "PUBLISHED_FILE",
     "LoghubReport",
+    "SliceScore",
     "SystemScore",
     "discover",
     "grouping_accuracy",
@@ -49,7 +50,9 @@ __all__ = [
     "published_drain",
     "read_system",
     "render",
+    "render_slices",
     "run_loghub",
+    "run_slices",
 ]
 
 SUFFIX = "_2k.log_structured_corrected.csv"
@@ -207,6 +210,54 @@ def _score(system: str, truth: list[str], bodies: list[str],
     return SystemScore(system, len(truth), len(set(truth)), len(set(predicted)),
                        grouping_accuracy(truth, predicted), parsing_accuracy(truth, predicted),
                        *drain.get(system, (None, None)))
+
+
+@dataclass(frozen=True)
+class SliceScore:
+    """One system mined in consecutive slices of ``size`` lines (each slice a fresh miner),
+    the scores averaged over the slices: fewer lines per template, as on a system with many
+    rare templates."""
+
+    system: str
+    size: int
+    slices: int
+    ga: float
+    pa: float
+    ratio: float  # found / true templates, averaged over the slices
+
+
+def run_slices(root: Path, sizes: Sequence[int], miner: Callable[[], LogTemplates] = LogTemplates
+               ) -> list[SliceScore]:
+    """Every system at every slice size. Slices are disjoint and start every
+    ``max(size, 400)`` lines, so at most five slices a system are mined per size."""
+    out = []
+    for system, path in discover(root).items():
+        bodies, truth = read_system(path)
+        for size in sizes:
+            scores = []
+            for start in range(0, len(bodies) - size + 1, max(size, 400)):
+                b, t = bodies[start:start + size], truth[start:start + size]
+                predicted = mine(b, miner())
+                scores.append((grouping_accuracy(t, predicted), parsing_accuracy(t, predicted),
+                               len(set(predicted)) / len(set(t))))
+            if scores:
+                n = len(scores)
+                out.append(SliceScore(system, size, n, sum(x[0] for x in scores) / n,
+                                      sum(x[1] for x in scores) / n,
+                                      sum(x[2] for x in scores) / n))
+    return out
+
+
+def render_slices(scores: Sequence[SliceScore]) -> Table:
+    """GA and found/true templates per system and slice size."""
+    sizes = sorted({s.size for s in scores})
+    table = Table("system", *(f"{n} lines: GA / found:true" for n in sizes),
+                  title="Loghub-2.0 2k in slices (each slice mined alone)")
+    by = {(s.system, s.size): s for s in scores}
+    for system in sorted({s.system for s in scores}):
+        table.add_row(system, *(f"{by[system, n].ga:.3f} / {by[system, n].ratio:.2f}"
+                                if (system, n) in by else "-" for n in sizes))
+    return table
 
 
 def render(report: LoghubReport) -> Table:

@@ -8,13 +8,16 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from aiops.analytics.logs import LogTemplates, mine
 from aiops.evals.loghub import (
     PUBLISHED_FILE,
     grouping_accuracy,
     parsing_accuracy,
     published_drain,
     render,
+    render_slices,
     run_loghub,
+    run_slices,
 )
 from aiops.store import Store
 
@@ -108,6 +111,24 @@ def test_every_system_is_mined_from_the_logs_table_and_scored(tiny_corpus: Path,
     finally:
         store.close()
     assert [r[0] for r in rows] == [content for content, _ in TINY]
+
+
+def test_slices_mine_each_part_alone_and_average_the_scores(tiny_corpus: Path) -> None:
+    # Tiny has 7 lines: slices of 3 start every 400 lines, so one slice (the first 3 lines);
+    # Other has 2 lines, fewer than a slice: no row.
+    scores = run_slices(tiny_corpus, [3])
+    assert [(s.system, s.size, s.slices) for s in scores] == [("Tiny", 3, 1)]
+    first3 = TINY[:3]
+    assert scores[0].ratio == pytest.approx(
+        len(set(run_loghub_templates(first3))) / len({t for _, t in first3}))
+    console = Console(width=160, record=True)
+    console.print(render_slices(scores))
+    text = console.export_text()
+    assert "3 lines: GA / found:true" in text and "Tiny" in text
+
+
+def run_loghub_templates(rows: list[tuple[str, str]]) -> list[str]:
+    return mine([content for content, _ in rows], LogTemplates())
 
 
 def test_published_drain_reads_the_2k_half_of_each_cell(tiny_corpus: Path) -> None:
