@@ -30,6 +30,7 @@ from agents.narrate import SYSTEM_PROMPT, Narrative, llm_narrative, template_nar
 from agents.questions import Report, explain_without_incident
 from agents.questions import answer as answer_question
 from agents.tools import Toolbox, ToolResult, ToolStatus
+from aiops import semconv
 from aiops.errors import AIOpsError
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class Agent:
 
     def known_models(self) -> list[str]:
         rows = self.box.query(
-            "SELECT DISTINCT service_name FROM spans WHERE service_name <> 'ingress' "
+            f"SELECT DISTINCT service_name FROM spans WHERE {semconv.NOT_INGRESS_SQL} "
             "UNION SELECT DISTINCT service FROM incidents_current ORDER BY 1", [], 200).rows
         seen = [r[0] for r in rows if r[0]]
         return sorted({*seen, *self.box.models, *(o.model for o in self.box.objectives)})

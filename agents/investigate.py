@@ -17,10 +17,11 @@ from pydantic import BaseModel, Field
 from agents.intent import Intent, IntentKind
 from agents.questions.model import Report
 from agents.tools import Toolbox, ToolResult, ToolStatus
+from aiops.identity import INGRESS_SERVICE
 
 __all__ = ["EvidenceItem", "Facts", "Findings", "Investigation", "investigate"]
 
-INGRESS = "ingress"
+INGRESS = INGRESS_SERVICE
 ALSO_MAX = 8  # other incidents an investigation of a model or an app lists
 FINDING = "finding"  # Facts of findings that are not a page (no incident id)
 

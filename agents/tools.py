@@ -26,7 +26,7 @@ from aiops.analytics.incidents import IncidentEvidence, rank_causes, symptom_of
 from aiops.analytics.slo import SLO_BURN, Objective
 from aiops.capacity import Capacity
 from aiops.errors import AIOpsError
-from aiops.identity import APP
+from aiops.identity import APP, INGRESS_SERVICE
 from aiops.remediation.actions import Action, ActionKind, new_action
 from aiops.store import QueryResult, Store
 
@@ -421,14 +421,15 @@ class Toolbox:
         if not 0 < seconds <= 3600:
             return self._fail("serving_load", params, "seconds must be in (0, 3600]")
         now = self.now()
-        sql = """
+        sql = f"""
             SELECT count(*) FROM spans
             WHERE parent_span_id IS NULL AND start_time > make_timestamp_ns(?)
               AND start_time <= make_timestamp_ns(?)
               AND coalesce(attributes->>'gen_ai.request.model',
-                           CASE WHEN service_name <> 'ingress' THEN service_name END)
+                           CASE WHEN {semconv.NOT_INGRESS_SQL} THEN service_name END)
                   IS DISTINCT FROM ?
-              AND coalesce(attributes->>'gen_ai.request.model', service_name) <> 'ingress'"""
+              AND coalesce(attributes->>'gen_ai.request.model', service_name)
+                  <> '{INGRESS_SERVICE}'"""
         try:
             rows = self._rows(sql, [now - int(seconds * NS), now, exclude], 1)
         except AIOpsError as exc:

@@ -31,9 +31,9 @@ from typing import Any
 
 import orjson
 
-__all__ = ["APP", "DEPLOYMENT", "PROXY_SERVICE", "REPLICA", "SCALING_FIELDS", "SPAN_REPLICA",
-           "ServeIdentity", "app_version", "deployment_service", "deployment_version",
-           "env_vars", "identities", "ingress_of", "resource_attr"]
+__all__ = ["APP", "DEPLOYMENT", "INGRESS_SERVICE", "PROXY_SERVICE", "REPLICA", "SCALING_FIELDS",
+           "SPAN_REPLICA", "ServeIdentity", "app_version", "deployment_service",
+           "deployment_version", "env_vars", "identities", "ingress_of", "resource_attr"]
 
 # Span and resource attributes naming the Serve entity a span came from (no OpenTelemetry
 # semantic convention covers Ray Serve; these follow its ``ray.*`` naming).
@@ -49,6 +49,9 @@ SPAN_REPLICA = f"(resource_attributes->>'{REPLICA}')"
 # The service of Serve's HTTP proxies' spans: every application's clients, as they saw it. It
 # calls every application (a front, as the embedded stack's ingress is), never a cause alone.
 PROXY_SERVICE = "ray-serve-proxy"
+# The service of aiops' own OpenAI-compatible front door (``serve.ingress``): its server spans
+# are what its users saw; it routes to every model, so it is never a model or a cause alone.
+INGRESS_SERVICE = "ingress"
 
 # Per-deployment fields that scale a release rather than change it.
 SCALING_FIELDS = frozenset({"num_replicas", "autoscaling_config"})

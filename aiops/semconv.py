@@ -24,14 +24,41 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from aiops.identity import INGRESS_SERVICE
 from aiops.identity import REPLICA as REPLICA_ATTR
 
-__all__ = ["CONFIG_DIGEST_ATTR", "DECODED_MARK", "FAILED", "FAILED_SQL", "HTTP_STATUS",
-           "HTTP_STATUS_ATTR", "HTTP_STATUS_SQL", "IN_FLIGHT_AGE_METRIC", "IN_FLIGHT_RANK_ATTR",
-           "MODEL", "MODEL_ATTR", "MODEL_SQL", "MODEL_VERSION_ATTR", "OLD_HTTP_STATUS_ATTR",
-           "OPERATION_ATTR", "PRIORITY_ATTR", "REPLICA", "REPLICA_ATTR", "REPLICA_SQL",
-           "ROUTED_VERSION_SQL", "SERVICE_VERSION_ATTR", "VERSION", "VERSION_SQL", "WARMUP_ATTR",
-           "derivations", "failed", "http_status", "ingest_select"]
+__all__ = [
+    "CONFIG_DIGEST_ATTR",
+    "DECODED_MARK",
+    "FAILED",
+    "FAILED_SQL",
+    "HTTP_STATUS",
+    "HTTP_STATUS_ATTR",
+    "HTTP_STATUS_SQL",
+    "INGRESS_SQL",
+    "IN_FLIGHT_AGE_METRIC",
+    "IN_FLIGHT_RANK_ATTR",
+    "MODEL",
+    "MODEL_ATTR",
+    "MODEL_SQL",
+    "MODEL_VERSION_ATTR",
+    "NOT_INGRESS_SQL",
+    "OLD_HTTP_STATUS_ATTR",
+    "OPERATION_ATTR",
+    "PRIORITY_ATTR",
+    "REPLICA",
+    "REPLICA_ATTR",
+    "REPLICA_SQL",
+    "ROUTED_VERSION_SQL",
+    "SERVICE_VERSION_ATTR",
+    "VERSION",
+    "VERSION_SQL",
+    "WARMUP_ATTR",
+    "derivations",
+    "failed",
+    "http_status",
+    "ingest_select",
+]
 
 # Attribute names (span attributes unless said).
 MODEL_ATTR = "gen_ai.request.model"
@@ -51,6 +78,10 @@ CONFIG_DIGEST_ATTR = "aiops.model.config_digest"
 IN_FLIGHT_AGE_METRIC = "aiops.serve.in_flight.age"
 IN_FLIGHT_RANK_ATTR = "aiops.in_flight.rank"
 OPERATION_ATTR = "gen_ai.operation.name"
+
+# SQL predicates on ``service_name``: rows of aiops' own front door, and rows of anything else.
+INGRESS_SQL = f"service_name = '{INGRESS_SERVICE}'"
+NOT_INGRESS_SQL = f"service_name <> '{INGRESS_SERVICE}'"
 
 # The typed columns of ``spans`` that carry these meanings (``aiops.schema.SPANS``).
 MODEL = "model"

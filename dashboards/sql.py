@@ -20,7 +20,7 @@ RANGE = """WITH r AS (
 MODEL = semconv.MODEL_SQL
 VERSION = semconv.ROUTED_VERSION_SQL
 # The user's view of a request: the ingress SERVER span (what the SLO detector reads too).
-INGRESS_SPANS = "service_name = 'ingress' AND kind = 'server'"
+INGRESS_SPANS = f"{semconv.INGRESS_SQL} AND kind = 'server'"
 
 
 def bucket(column: str) -> str:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from ray import serve
 from ray.serve.handle import DeploymentResponseGenerator
 
+from aiops.identity import INGRESS_SERVICE
 from serve.admission import QueueFull, Rerouted
 from serve.auth import authorized
 from serve.openai_api import (
@@ -61,7 +62,7 @@ log = logging.getLogger(__name__)
 # Backends that can hold generation to a JSON schema (response_format).
 CONSTRAINABLE = ("llama_cpp", "vllm")
 
-INGRESS_NAME = "ingress"
+INGRESS_NAME = INGRESS_SERVICE
 PRIORITY_HEADER = "x-aiops-priority"
 MODEL_VERSION_HEADER = "x-aiops-model-version"
 M = TypeVar("M", bound=BaseModel)
@@ -84,7 +85,7 @@ class Ingress:
         self.routes: dict[str, ModelRoute] = {}
         self.telemetry = Telemetry(self.telemetry_config,
                                    replica_resource(INGRESS_NAME, "0.3.0"),
-                                   component="ingress")
+                                   component=INGRESS_NAME)
         meter = self.telemetry.meter
         self.http_duration = meter.create_histogram(
             "http.server.request.duration", unit="s", description="Ingress request duration",

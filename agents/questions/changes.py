@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from agents.questions.model import Ask
 from agents.questions.spans import REPLICA, VERSION, where
+from aiops.semconv import NOT_INGRESS_SQL
 
 __all__ = ["changes"]
 
@@ -41,7 +42,7 @@ def changes(ask: Ask) -> None:
                    min(start_time) AS first_at, max(start_time) AS last_at
             FROM spans
             {clause}
-              AND service_name <> 'ingress' AND {VERSION} IS NOT NULL
+              AND {NOT_INGRESS_SQL} AND {VERSION} IS NOT NULL
               {f"AND {REPLICA} IS NOT NULL" if what == "replica" else ""}
             GROUP BY ALL ORDER BY first_at"""
         for r in ask.rows(sql, params, 500):

@@ -16,6 +16,7 @@ from agents.questions.spans import (
     roots,
     where,
 )
+from aiops.semconv import NOT_INGRESS_SQL
 
 __all__ = ["DEFAULT_PERCENTILES", "compare", "latency", "throughput"]
 
@@ -46,7 +47,7 @@ def latency(ask: Ask) -> None:
                    count(*) AS requests, {cols}
             FROM spans
             {clause}
-              AND {REPLICA} IS NOT NULL AND service_name <> 'ingress'
+              AND {REPLICA} IS NOT NULL AND {NOT_INGRESS_SQL}
             GROUP BY ALL ORDER BY model, version, replica"""
         source = "the model's own spans (time inside each replica)"
     else:
@@ -134,7 +135,8 @@ def throughput(ask: Ask) -> None:
                epoch_ns(max(end_time)) // 1000000 AS last_ms
         FROM spans
         {clause}
-          AND service_name <> 'ingress' AND (attributes->>'gen_ai.usage.output_tokens') IS NOT NULL
+          AND {NOT_INGRESS_SQL}
+          AND (attributes->>'gen_ai.usage.output_tokens') IS NOT NULL
         GROUP BY ALL ORDER BY ALL"""
     seconds = (ask.until - ask.since).total_seconds()
 

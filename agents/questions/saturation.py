@@ -8,11 +8,13 @@ from typing import Any
 
 from agents.questions.model import Ask
 from agents.questions.spans import REPLICA, where
+from aiops.identity import INGRESS_SERVICE
+from aiops.semconv import NOT_INGRESS_SQL
 
 __all__ = ["MEMORY_QUESTION", "SHOWN", "saturation"]
 
 METRIC_MODEL = ("coalesce(attributes->>'gen_ai.request.model', (attributes->>'model_name'), "
-                "CASE WHEN service_name NOT IN ('ingress', 'aiops-ebpf', 'ray') "
+                f"CASE WHEN service_name NOT IN ('{INGRESS_SERVICE}', 'aiops-ebpf', 'ray') "
                 "THEN service_name END)")
 # name, what it is, how to show a value; gauges: the latest and the highest in the window.
 GAUGES = [
@@ -131,7 +133,7 @@ def _replicas_from_spans(ask: Ask) -> None:
         SELECT service_name AS model, count(DISTINCT {REPLICA}) AS replicas
         FROM spans
         {clause}
-          AND service_name <> 'ingress' AND {REPLICA} IS NOT NULL
+          AND {NOT_INGRESS_SQL} AND {REPLICA} IS NOT NULL
         GROUP BY ALL ORDER BY ALL"""
     for r in ask.rows(sql, params):
         ask.say(f"- {r['model']}: {r['replicas']} replica(s) answered requests in the window")

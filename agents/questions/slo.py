@@ -11,19 +11,20 @@ from datetime import datetime, timedelta
 
 from agents.questions.model import Ask
 from agents.questions.spans import where
+from aiops import semconv
 from aiops.analytics.slo import Objective
 
 __all__ = ["slo"]
 
 NOW_S = 300.0  # the "burning now" window
 
-_SQL = """
+_SQL = f"""
     SELECT count(*) AS total,
-           count(*) FILTER (WHERE duration_ns > {threshold_ns}) AS slow,
+           count(*) FILTER (WHERE duration_ns > {{threshold_ns}}) AS slow,
            count(*) FILTER (WHERE failed) AS failed
     FROM spans
-    {clause}
-      AND service_name = 'ingress' AND kind = 'server'"""
+    {{clause}}
+      AND {semconv.INGRESS_SQL} AND kind = 'server'"""
 
 
 def slo(ask: Ask) -> None:

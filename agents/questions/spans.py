@@ -18,9 +18,9 @@ from aiops.analytics.findings import NOT_WARMUP
 __all__ = ["FAILED", "HTTP_STATUS", "MODEL", "REPLICA", "REQUEST", "VERSION", "column", "label",
            "percentile_columns", "roots", "where"]
 
-MODEL = f"coalesce({semconv.MODEL}, CASE WHEN service_name <> 'ingress' THEN service_name END)"
+MODEL = f"coalesce({semconv.MODEL}, CASE WHEN {semconv.NOT_INGRESS_SQL} THEN service_name END)"
 # On the ingress, the version a request was routed to (the ingress's own release is no model's).
-VERSION = (f"CASE WHEN service_name = 'ingress' THEN {semconv.ROUTED_VERSION_SQL} "
+VERSION = (f"CASE WHEN {semconv.INGRESS_SQL} THEN {semconv.ROUTED_VERSION_SQL} "
            f"ELSE {semconv.VERSION} END")
 REPLICA = semconv.REPLICA
 # A request is a span its service served (OpenTelemetry's SERVER kind): a server's start-up

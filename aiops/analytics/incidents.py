@@ -50,7 +50,7 @@ from aiops.analytics.rca.model import Symptom
 from aiops.analytics.rca.symptom import SYMPTOM_CLASSES, leads, walk
 from aiops.analytics.slo import SLO_BURN
 from aiops.analytics.topology import ServiceMap
-from aiops.identity import PROXY_SERVICE
+from aiops.identity import INGRESS_SERVICE, PROXY_SERVICE
 from aiops.schema import INCIDENTS
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ CAUSE_CLASSES = tuple(c for c in FaultClass if c not in SYMPTOM_CLASSES)
 CAUSE_DEPTH = {FaultClass.NODE: 5, FaultClass.MEMORY: 4, FaultClass.CRASH: 3,
                FaultClass.CPU: 2, FaultClass.NETWORK: 1}
 CALLER_DISCOUNT = 0.5
-INGRESS = "ingress"
+INGRESS = INGRESS_SERVICE
 # Services that call every other one: the clients' view, a symptom while a service behind fires.
 FRONTS = frozenset({INGRESS, PROXY_SERVICE})
 # Failures users meet whatever an objective says: the process serving them killed (a crash,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from aiops.analytics.findings import Entity, EvidenceKind, FaultClass, Finding
 from aiops.analytics.logs import LogTemplates, TemplateAnomaly, TemplateRateDetector
+from aiops.identity import INGRESS_SERVICE
 from aiops.store import Store
 
 __all__ = ["LogDetector"]
@@ -58,7 +59,7 @@ class LogDetector:
             if s is None:
                 s = self.services[service] = _Service(TemplateRateDetector(
                     self.bucket_ns, history=60, warmup=self.warmup))
-            s.versions[tid] = version if service != "ingress" else None
+            s.versions[tid] = version if service != INGRESS_SERVICE else None
             if trace_id:
                 s.traces[tid] = trace_id
             found += self._convert(service, s, s.detector.observe(int(t), match))

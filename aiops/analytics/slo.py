@@ -33,7 +33,7 @@ SELECT {semconv.ROUTED_VERSION_SQL} AS version,
        arg_max(trace_id, duration_ns) AS slowest_trace,
        arg_max(trace_id, {semconv.FAILED}::INTEGER) AS failed_trace
 FROM spans
-WHERE service_name = 'ingress' AND kind = 'server'
+WHERE {semconv.INGRESS_SQL} AND kind = 'server'
   AND {semconv.MODEL} = ?
   AND start_time > make_timestamp_ns(?) AND start_time <= make_timestamp_ns(?)
 GROUP BY ALL

@@ -44,12 +44,13 @@ from aiops.analytics.findings import (
     FaultClass,
     Finding,
 )
+from aiops.identity import INGRESS_SERVICE
 from aiops.store import Store
 
 __all__ = ["TraceThresholds", "trace_findings"]
 
 NS = 1_000_000_000
-INGRESS = "ingress"
+INGRESS = INGRESS_SERVICE
 
 
 @dataclass(frozen=True)
