@@ -11,7 +11,7 @@ from aiops.control_status import ControlStatus
 from aiops.errors import AIOpsError
 
 __all__ = ["Action", "ActionKind", "ActionStatus", "ControlPlane", "IllegalTransition",
-           "NotSupported", "execute", "new_action"]
+           "NotSupported", "Target", "execute", "new_action"]
 
 
 class ActionKind(StrEnum):
@@ -78,6 +78,25 @@ class ControlPlane(Protocol):
               ) -> dict[str, Any]: ...
 
 
+@dataclass(frozen=True)
+class Target:
+    """What an action acts on: a model and, where it names one, a version. The actions table
+    and the ledger write it as ``model@version`` (the model alone without a version); ``parse``
+    reads that back, so no caller splits the text itself."""
+
+    model: str
+    version: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.model}@{self.version}" if self.version else self.model
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        # The last "@": a version never holds one, a model name might.
+        model, sep, version = text.rpartition("@")
+        return cls(model, version or None) if sep and model else cls(text)
+
+
 @dataclass
 class Action:
     action_id: str
@@ -92,7 +111,13 @@ class Action:
 
     @property
     def target(self) -> str:
+        """The model, as policies match it."""
         return self.model
+
+    @property
+    def subject(self) -> Target:
+        """The model and version it acts on."""
+        return Target(self.model, self.version)
 
     def describe(self) -> str:
         lo, hi = self.params.get("min_replicas"), self.params.get("max_replicas")

@@ -34,6 +34,7 @@ from aiops.remediation.actions import (
     ActionStatus,
     ControlPlane,
     IllegalTransition,
+    Target,
     execute,
     new_action,
 )
@@ -110,7 +111,8 @@ def plan(incident: Incident, status: ControlStatus, now_ns: int) -> Action | Non
 
 def _verdict(inc: Incident) -> tuple[str, str, str]:
     top = inc.causes[0]
-    return inc.incident_id, f"{top.entity.service}@{top.entity.version}", str(top.fault_class)
+    return (inc.incident_id, str(Target(top.entity.service, top.entity.version)),
+            str(top.fault_class))
 
 
 @dataclass
@@ -171,9 +173,9 @@ class Remediator:
              updated_ns) in rows:
             try:
                 decided = json.loads(outcome or "{}")
-                model, _, version = str(target or "").partition("@")
-                action = Action(action_id, incident_id, ActionKind(kind), model,
-                                version or None, int(created_ns), json.loads(params or "{}"))
+                subject = Target.parse(str(target or ""))
+                action = Action(action_id, incident_id, ActionKind(kind), subject.model,
+                                subject.version, int(created_ns), json.loads(params or "{}"))
                 action.reason, action.evidence = self._proposal(action_id)
                 tracked = _Tracked(action, ActionStatus.PENDING, Mode(mode),
                                    str(decided.get("rule", "")),
@@ -392,7 +394,7 @@ class Remediator:
         now_ns = t.written_ns = max(now_ns, t.written_ns + 1)
         a = t.action
         row = {"action_id": a.action_id, "incident_id": a.incident_id, "created_at": a.created_ns,
-               "kind": str(a.kind), "target": f"{a.model}@{a.version}" if a.version else a.model,
+               "kind": str(a.kind), "target": str(a.subject),
                "params": json.dumps(a.params), "mode": str(t.mode), "status": status,
                "outcome": json.dumps(outcome, default=str), "updated_at": now_ns}
         entry = {"time": now_ns, "actor": actor, "action_id": a.action_id, "status": status,

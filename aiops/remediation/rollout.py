@@ -26,7 +26,7 @@ from typing import Any
 from aiops import semconv
 from aiops.analytics.findings import NOT_WARMUP
 from aiops.errors import AIOpsError
-from aiops.remediation.actions import Action, ActionKind, ControlPlane, new_action
+from aiops.remediation.actions import Action, ActionKind, ControlPlane, Target, new_action
 from aiops.store import Store
 
 __all__ = ["Gate", "Rollout", "Verdict", "compare"]
@@ -218,5 +218,5 @@ class Rollout:
         now = self.clock()
         self.store.append_many({}, chained={"ledger": [{
             "time": now, "actor": "rollout", "action_id": self.rollout_id, "status": status,
-            "kind": "progressive_canary", "target": f"{self.model}@{self.version}",
+            "kind": "progressive_canary", "target": str(Target(self.model, self.version)),
             "stable": self.stable, "outcome": detail}]})

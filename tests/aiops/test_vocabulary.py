@@ -40,5 +40,5 @@ def test_no_runtime_module_spells_the_ingress_service_as_a_literal() -> None:
 
 
 def test_the_sql_predicates_name_the_same_service() -> None:
-    assert semconv.INGRESS_SQL == f"service_name = '{INGRESS_SERVICE}'"
-    assert semconv.NOT_INGRESS_SQL == f"service_name <> '{INGRESS_SERVICE}'"
+    assert f"service_name = '{INGRESS_SERVICE}'" == semconv.INGRESS_SQL
+    assert f"service_name <> '{INGRESS_SERVICE}'" == semconv.NOT_INGRESS_SQL

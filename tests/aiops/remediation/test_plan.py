@@ -61,3 +61,12 @@ def test_trouble_while_a_lost_nodes_replicas_move_is_not_scaled_for() -> None:
                        node="worker-1")
     inc = Incident("inc-1", "chat", 0, 0, 0, causes=[latency, lost])
     assert plan(inc, _status("v1", v1=100), 0) is None
+
+
+def test_an_actions_target_reads_back_as_the_pair_it_was_written_from() -> None:
+    from aiops.remediation.actions import Target
+
+    for target in (Target("chat", "v2"), Target("chat"), Target("org@team/chat", "2026.12")):
+        assert Target.parse(str(target)) == target
+    assert str(Target("chat", "v2")) == "chat@v2" and str(Target("chat")) == "chat"
+    assert Target.parse("") == Target("")
