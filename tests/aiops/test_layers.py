@@ -71,3 +71,19 @@ def test_import_contracts_hold() -> None:
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 broken" in done.stdout, done.stdout
+
+
+def test_the_contracts_that_list_agents_modules_list_every_one() -> None:
+    # agents.evals (harness) lives inside agents, so contracts 3 and 5 name agents' runtime
+    # modules one by one; a new module must not slip past them.
+    import tomllib
+
+    contracts = {c["id"]: c for c in tomllib.loads(
+        (ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]}
+    runtime = {f"agents.{p.stem if p.is_file() else p.name}"
+               for p in (ROOT / "agents").iterdir()
+               if (p.suffix == ".py" and p.stem != "__init__")
+               or (p.is_dir() and (p / "__init__.py").is_file() and p.name != "evals")}
+    for cid in ("no-harness-in-runtime", "analyzer-wired-by-server"):
+        listed = {m for m in contracts[cid]["source_modules"] if m.startswith("agents.")}
+        assert listed == runtime, (cid, sorted(runtime - listed), sorted(listed - runtime))
