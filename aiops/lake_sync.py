@@ -5,12 +5,12 @@ local store meanwhile (``aiops.lake``), so an outage delays the lake, it loses n
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from aiops.errors import StoreError
+from aiops.periodic import Health, Periodic, PeriodicMetrics
 from aiops.store import Store
 
 __all__ = ["LakeSync"]
@@ -22,14 +22,17 @@ REMIND_S = 60.0  # while the lake is unreachable, a line this often
 
 class LakeSync:
     def __init__(self, store: Store, commit_interval_s: float, upkeep_interval_s: float,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None,
+                 metrics: PeriodicMetrics | None = None) -> None:
         if store.lake is None:
             raise StoreError("the store has no lake attached")
         self.store = store
         self.commit_interval_s = commit_interval_s
         self.upkeep_interval_s = upkeep_interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # A failed commit is this module's to report (StoreError: the lake is down, rows wait);
+        # anything else a step raises goes to the worker's policy (logged, counted, backed off).
+        self._worker = Periodic("lake-sync", commit_interval_s, self._step, metrics=metrics)
+        self._last_upkeep = time.monotonic()
         self._down_since: float | None = None
         self._reminded = 0.0
         self._commits = Counter("aiops_lake_commits", "Commits of this server's rows to the "
@@ -92,23 +95,22 @@ class LakeSync:
             self._upkeep.observe(time.monotonic() - started)
         return True
 
-    def start(self) -> None:
-        def loop() -> None:
-            last_upkeep = time.monotonic()
-            while not self._stop.wait(self.commit_interval_s):
-                self.commit_once()
-                if self.upkeep_interval_s and \
-                        time.monotonic() - last_upkeep >= self.upkeep_interval_s:
-                    self.upkeep_once()
-                    last_upkeep = time.monotonic()
+    def _step(self) -> None:
+        self.commit_once()
+        if self.upkeep_interval_s and \
+                time.monotonic() - self._last_upkeep >= self.upkeep_interval_s:
+            self.upkeep_once()
+            self._last_upkeep = time.monotonic()
 
-        self._thread = threading.Thread(target=loop, name="lake-sync", daemon=True)
-        self._thread.start()
+    def start(self) -> None:
+        self._last_upkeep = time.monotonic()
+        self._worker.start()
 
     def close(self) -> None:
         """Stop the schedule and commit what is left (a failure leaves it in the local
         store, for the next start)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
+        self._worker.close(timeout_s=60)
         self.commit_once()
+
+    def health(self) -> Health:
+        return self._worker.health()

@@ -4,11 +4,11 @@ to Parquet files in the archive, where the ``<table>_all`` views still find them
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
 from aiops.errors import StoreError
+from aiops.periodic import Health, Periodic, PeriodicMetrics
 from aiops.store import TIME_SERIES_TABLES, Store
 
 __all__ = ["Retention"]
@@ -18,13 +18,13 @@ log = logging.getLogger(__name__)
 
 class Retention:
     def __init__(self, store: Store, hours: float, interval_s: float,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 clock: Callable[[], int] = time.time_ns,
+                 metrics: PeriodicMetrics | None = None) -> None:
         self.store = store
         self.window_ns = int(hours * 3600 * 1e9)
         self.interval_s = interval_s
         self._now = clock
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Periodic("retention", interval_s, self.run_once, metrics=metrics)
 
     def run_once(self) -> dict[str, int]:
         cutoff = self._now() - self.window_ns
@@ -37,14 +37,10 @@ class Retention:
         return moved
 
     def start(self) -> None:
-        def loop() -> None:
-            while not self._stop.wait(self.interval_s):
-                self.run_once()
-
-        self._thread = threading.Thread(target=loop, name="retention", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._worker.close(timeout_s=30)
+
+    def health(self) -> Health:
+        return self._worker.health()

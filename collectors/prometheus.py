@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import orjson
 import pyarrow as pa
 from prometheus_client.parser import text_string_to_metric_families
 
+from aiops.periodic import Health, Periodic, PeriodicMetrics
 from aiops.schema import METRIC_POINTS
 from collectors import vllm_metrics
 
@@ -142,15 +142,16 @@ class Scraper:
 
     def __init__(self, targets: list[Target], interval_s: float,
                  sink: Callable[[pa.Table], object], timeout_s: float = 5.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 metrics: PeriodicMetrics | None = None) -> None:
         self.targets = targets
         self.interval_s = interval_s
         self.sink = sink
         self.errors: dict[str, int] = {t.job: 0 for t in targets}
         self._http = httpx.Client(timeout=timeout_s, transport=transport)
         self._down: set[str] = set()  # jobs whose last scrape failed
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Periodic("prometheus-scraper", interval_s, self.scrape_once,
+                                metrics=metrics)
 
     def set_targets(self, targets: list[Target]) -> None:
         """Replace the targets (attached serving comes and goes); the next round uses them."""
@@ -189,18 +190,11 @@ class Scraper:
         return len(rows)
 
     def start(self) -> None:
-        def loop() -> None:
-            while not self._stop.wait(self.interval_s):
-                try:
-                    self.scrape_once()
-                except Exception:
-                    log.exception("scrape round failed")
-
-        self._thread = threading.Thread(target=loop, name="prometheus-scraper", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._worker.close(timeout_s=10)
         self._http.close()
+
+    def health(self) -> Health:
+        return self._worker.health()

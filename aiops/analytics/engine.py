@@ -11,7 +11,6 @@ run.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from aiops.analytics.metric_stream import MetricStream
 from aiops.analytics.slo import BurnWindow, Objective, parse_windows
 from aiops.analytics.topology import ServiceMap, mesh_calls
 from aiops.analytics.traces import TraceThresholds
+from aiops.periodic import Health, Periodic, PeriodicMetrics
 from aiops.store import Store
 
 __all__ = ["Analyzer", "AnalyzerConfig"]
@@ -71,7 +71,8 @@ class AnalyzerStats:
 
 class Analyzer:
     def __init__(self, store: Store, config: AnalyzerConfig,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 clock: Callable[[], int] = time.time_ns,
+                 metrics: PeriodicMetrics | None = None) -> None:
         self.config = config
         self.clock = clock
         # The owner of incidents and the one writer of the table; remediation subscribes.
@@ -88,8 +89,10 @@ class Analyzer:
         self.registry = self._default_registry(logs)
         # The registry counts its detectors' failures; the stats show the same dict.
         self.stats = AnalyzerStats(detector_failures=self.registry.failures)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # The analyzer must outlive any one bad round; a failing round backs off at most to
+        # twice the interval (detection stays near its cadence while it logs less).
+        self._worker = Periodic("analyzer", config.interval_s, self.step, max_backoff=2.0,
+                                metrics=metrics)
 
     @property
     def store(self) -> Store:
@@ -161,17 +164,10 @@ class Analyzer:
         return changed
 
     def start(self) -> None:
-        def loop() -> None:
-            while not self._stop.wait(self.config.interval_s):
-                try:
-                    self.step()
-                except Exception:  # the analyzer must outlive any one bad round
-                    log.exception("analytics round failed")
+        self._worker.start()
 
-        self._thread = threading.Thread(target=loop, daemon=True, name="analyzer")
-        self._thread.start()
+    def health(self) -> Health:
+        return self._worker.health()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._worker.close(timeout_s=30)

@@ -28,6 +28,7 @@ from aiops.attach.ray_serve import RayServe, ServeApp, service_map
 from aiops.config import AttachTarget, Settings
 from aiops.datadir import ATTACHED_REPLICAS_FILE
 from aiops.errors import AIOpsError, ConfigError
+from aiops.periodic import Health, Periodic, PeriodicMetrics
 from collectors.prometheus import Target
 
 __all__ = ["MANAGED_FILE", "Attachment", "load_managed", "save_managed", "targets_of"]
@@ -132,7 +133,8 @@ class Attachment:
     def __init__(self, settings: AttachSettings,
                  troubled: Callable[[], set[tuple[str, str]]] = set,
                  on_targets: Callable[[list[Target]], None] | None = None,
-                 on_calls: Callable[[ServiceMap], None] | None = None) -> None:
+                 on_calls: Callable[[ServiceMap], None] | None = None,
+                 metrics: PeriodicMetrics | None = None) -> None:
         self.settings = settings
         self._troubled = troubled
         self._on_targets = on_targets
@@ -147,8 +149,8 @@ class Attachment:
         self.models: dict[str, list[str]] = {}
         self.tags: dict[str, str | None] = {}
         self.errors: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Periodic("attach", settings.interval_s, self.read_once, run_first=True,
+                                metrics=metrics)
         self._reload()
 
     def _reload(self) -> None:
@@ -281,19 +283,10 @@ class Attachment:
         return {"targets": out}
 
     def start(self) -> None:
-        def loop() -> None:
-            while True:
-                try:
-                    self.read_once()
-                except Exception:
-                    log.exception("attach round failed")
-                if self._stop.wait(self.settings.interval_s):
-                    return
-
-        self._thread = threading.Thread(target=loop, name="attach", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=15)
+        self._worker.close(timeout_s=15)
+
+    def health(self) -> Health:
+        return self._worker.health()

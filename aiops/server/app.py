@@ -51,6 +51,7 @@ from aiops.errors import AIOpsError, ConfigError, StoreError
 from aiops.lake_sync import LakeSync
 from aiops.ledger import verify_table
 from aiops.lifecycle import LifecycleClient
+from aiops.periodic import Components, PeriodicMetrics
 from aiops.remediation.policy import load_policy
 from aiops.remediation.remediator import Remediator
 from aiops.remediation.rollout import DEFAULT_STEPS, Rollout
@@ -119,6 +120,7 @@ def create_app(settings: Settings, store: Store,
     """
     guards = Guards(authenticator or Authenticator.from_settings(settings))
     registry = CollectorRegistry()
+    periodic = PeriodicMetrics(registry)  # every background loop's runs and failure streak
     receiver_metrics = ReceiverMetrics.create(registry)
     pool = QueryPool(store, settings.sql_max_concurrent, settings.sql_timeout_s,
                      settings.sql_max_result_bytes, settings.sql_max_memory_mb * 2**20)
@@ -135,12 +137,12 @@ def create_app(settings: Settings, store: Store,
         return [*(local_ray if embedded else targets), *attached]
 
     scraper = Scraper(scraped([]), settings.scrape_interval_s,
-                      lambda t: store.append("metric_points", t))
+                      lambda t: store.append("metric_points", t), metrics=periodic)
 
-    retention = Retention(store, settings.retention_hours, settings.retention_interval_s) \
-        if settings.retention_hours else None
+    retention = Retention(store, settings.retention_hours, settings.retention_interval_s,
+                          metrics=periodic) if settings.retention_hours else None
     lake = LakeSync(store, settings.lake_commit_interval_s, settings.lake_upkeep_interval_s,
-                    registry) if store.lake is not None else None
+                    registry, metrics=periodic) if store.lake is not None else None
 
     # Serving aiops did not start (docs/attach.md): read in the background; its control
     # planes join the embedded stack's behind one ControlPlane.
@@ -148,7 +150,7 @@ def create_app(settings: Settings, store: Store,
     attachment = Attachment(AttachSettings.of(settings), lambda: _troubled(tracker),
                             lambda extra: scraper.set_targets(scraped(extra)),
                             lambda graph: analyzer.set_calls(declared | graph)
-                            if analyzer is not None else None)
+                            if analyzer is not None else None, metrics=periodic)
     # Resolved incidents, embedded: "seen before" in answers and in the planner's reasons.
     memory = LazyMemory(settings.data_dir / "memory.duckdb")
     remediator = Remediator(store, load_policy(settings.policy_file), lambda: Planes(
@@ -156,7 +158,7 @@ def create_app(settings: Settings, store: Store,
          *attachment.planes()]),
         # Not waiting: the first plan starts the memory loading instead of stalling a round.
         recall=lambda incident_id: memory.seen_before(store, incident_id, wait=False))
-    analyzer = _analyzer(settings, store) if settings.analytics else None
+    analyzer = _analyzer(settings, store, periodic) if settings.analytics else None
     tracker = analyzer.tracker if analyzer is not None else None
     # Remediation on a thread of its own: a round hands its incidents over and goes on, so
     # no detection round waits on a control plane (aiops.remediation.worker).
@@ -179,34 +181,32 @@ def create_app(settings: Settings, store: Store,
                                    receiver_metrics, lambda why: refused.labels(why).inc(),
                                    slots)
 
+    # The background components in start order; they close in reverse: the analyzer and
+    # remediation stop before what feeds them, the receivers before the writer commits what
+    # is queued, and the lake last, to be handed what it does not hold yet.
+    components = Components()
+    if lake is not None:
+        components.add("lake-sync", lake)
+    components.on_close("writer", writer.close)
+    if grpc_receiver is not None:
+        components.add("otlp-grpc", grpc_receiver)  # fails the start-up when it cannot bind
+    components.on_close("memory", memory.close)
+    components.add("prometheus-scraper", scraper)
+    components.add("attach", attachment)
+    if retention is not None:
+        components.add("retention", retention)
+    components.add("remediation", rounds)
+    if analyzer is not None:
+        components.add("analyzer", analyzer)
+    components.on_close("sql-pool", pool.close)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if grpc_receiver is not None:
-            grpc_receiver.start()  # fails the start-up when its port cannot be bound
-        scraper.start()
-        attachment.start()
-        if retention is not None:
-            retention.start()
-        if lake is not None:
-            lake.start()
-        rounds.start()
-        if analyzer is not None:
-            analyzer.start()
-        yield
-        pool.close()
-        if analyzer is not None:
-            analyzer.close()
-        rounds.close()
-        if retention is not None:
-            retention.close()
-        attachment.close()
-        scraper.close()
-        memory.close()
-        if grpc_receiver is not None:
-            grpc_receiver.close()
-        writer.close()  # commit what is queued before the store closes
-        if lake is not None:
-            lake.close()  # then hand the lake what it does not hold yet
+        components.start()
+        try:
+            yield
+        finally:
+            components.close()
 
     # The API description is served like any other read route (viewer), not by FastAPI's
     # unauthenticated defaults.
@@ -278,7 +278,12 @@ def create_app(settings: Settings, store: Store,
             await run_in_threadpool(store.ping)
         except StoreError as exc:
             return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
-        return JSONResponse({"status": "ready", "schema_version": store.schema_version})
+        # Background components failing now (retention, the lake, scraping ...): the store
+        # still serves, so ready, with what is failing said (metrics: aiops_component_failing).
+        failing = {h.name: {"failures_in_a_row": h.streak, "error": h.last_error}
+                   for h in components.health() if h.failing}
+        return JSONResponse({"status": "ready", "schema_version": store.schema_version,
+                             **({"failing": failing} if failing else {})})
 
     @app.get("/metrics", dependencies=[guards("viewer")])
     async def metrics() -> Response:
@@ -452,7 +457,7 @@ def _troubled(tracker: IncidentTracker | None) -> set[tuple[str, str]]:
             for c in inc.causes}  # the tracker's snapshots: nothing changes under us
 
 
-def _analyzer(settings: Settings, store: Store) -> Analyzer:
+def _analyzer(settings: Settings, store: Store, metrics: PeriodicMetrics) -> Analyzer:
     traces = TraceThresholds(window_s=settings.analytics_window_s)
     config = AnalyzerConfig(
         interval_s=settings.analytics_interval_s,
@@ -462,7 +467,7 @@ def _analyzer(settings: Settings, store: Store) -> Analyzer:
         objectives=objectives_from_specs(settings.models_file),
         calls=load_service_map(settings.service_map_file) if settings.service_map_file
         else None, own_ports=(settings.server_port,))
-    return Analyzer(store, config)
+    return Analyzer(store, config, metrics=metrics)
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
