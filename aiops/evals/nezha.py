@@ -360,15 +360,19 @@ def _subtract(w: Window, holes: Sequence[tuple[datetime, datetime]]) -> list[Win
 def evaluate_day(store: Store, fs: Sequence[Fault], normal: Sequence[Window],
                  config: RankConfig | None = None,
                  topologies: Mapping[str, ServiceMap] | None = None,
-                 symptoms: Mapping[str, Symptom] | None = None) -> list[FaultResult]:
+                 symptoms: Mapping[str, Symptom] | None = None,
+                 peers: bool = False) -> list[FaultResult]:
     """``symptoms``: where each system's users see a fault (``ENTRY``), for symptom-led
-    ranking."""
+    ranking. ``peers``: each fault ranked with the day's other faults of its system as peer
+    incidents (``rank(peers=...)``: their anomaly windows, never their truths)."""
     results = []
     for f in fs:
         anomaly, baseline = windows_for(f, fs, normal)
+        others = [Window(g.inject_time, g.inject_time + ANOMALY) for g in fs
+                  if g is not f and g.system == f.system] if peers else []
         ranked = rank(store, anomaly, baseline, entity="service.name", config=config,
                       topology=(topologies or {}).get(f.system),
-                      symptom=(symptoms or {}).get(f.system))
+                      symptom=(symptoms or {}).get(f.system), peers=others)
         names = [r.entity for r in ranked]
         pos = names.index(f.service) + 1 if f.service in names else None
         results.append(FaultResult(f, pos, ranked[:5]))
@@ -387,7 +391,8 @@ SERVICE_MAPS = {"Online Boutique": Path(__file__).with_name("topologies")
 def _evaluate_day(root: Path, day: Path, tmp: Path, config: RankConfig | None,
                   signals: frozenset[str],
                   topologies: Mapping[str, ServiceMap] | None,
-                  symptoms: Mapping[str, Symptom] | None = None) -> list[FaultResult]:
+                  symptoms: Mapping[str, Symptom] | None = None,
+                  peers: bool = False) -> list[FaultResult]:
     """One day folder in a store of its own (a process of its own under ``run_nezha``)."""
     construct = root / "construct_data" / day.name
     construct_day = construct if construct.is_dir() else None
@@ -395,7 +400,7 @@ def _evaluate_day(root: Path, day: Path, tmp: Path, config: RankConfig | None,
     try:
         load_day(store, day, construct_day, signals)
         return evaluate_day(store, faults(day), construct_window(construct_day), config,
-                            topologies, symptoms)
+                            topologies, symptoms, peers)
     finally:
         store.close()
 
@@ -403,7 +408,8 @@ def _evaluate_day(root: Path, day: Path, tmp: Path, config: RankConfig | None,
 def run_nezha(root: Path, config: RankConfig | None = None,
               workdir: Path | None = None, signals: frozenset[str] = ALL_SIGNALS,
               topologies: Mapping[str, ServiceMap] | None = None,
-              symptoms: Mapping[str, Symptom] | None = None) -> NezhaReport:
+              symptoms: Mapping[str, Symptom] | None = None,
+              peers: bool = False) -> NezhaReport:
     """Evaluate every day folder under ``root/rca_data``; one store per day, the days in
     parallel (one process per core: loading a day's CSVs is mostly single-threaded Python).
     ``signals`` and ``topologies`` (a declared service map per system) for the metrics-only
@@ -413,7 +419,8 @@ def run_nezha(root: Path, config: RankConfig | None = None,
                   if p.is_dir() and (p / f"{p.name}-fault_list.json").is_file())
     systems: dict[str, SystemReport] = {}
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        args = [(root, day, Path(tmp), config, signals, topologies, symptoms) for day in days]
+        args = [(root, day, Path(tmp), config, signals, topologies, symptoms, peers)
+                for day in days]
         workers = min(len(days), os.cpu_count() or 1)
         if workers <= 1:
             per_day = [_evaluate_day(*a) for a in args]
