@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from aiops.analytics.rca.graph import CallGraph
 from aiops.analytics.rca.model import Evidence, EvidenceKind, FaultClass, RankConfig, RootCause
 
 _SYMPTOMS = frozenset({FaultClass.LATENCY, FaultClass.ERRORS})
@@ -95,46 +96,19 @@ def _see_through_relays(final: dict[str, float], level: dict[str, float],
     function's trigger): when its own evidence is a symptom only (``relayed``) and the node
     it relays to (through further relays) shows the same kind, the relay ranks just below
     it, as a caller that only suffers."""
-    callees: dict[str, set[str]] = defaultdict(set)
-    callers: dict[str, set[str]] = defaultdict(set)
-    for caller, callee in edges:
-        if caller != callee:
-            callees[caller].add(callee)
-            callers[callee].add(caller)
-
-    def relay(n: str) -> bool:
-        return len(callers[n]) == 1 and len(callees[n]) == 1
+    graph = CallGraph.of(edges)
 
     def target(n: str) -> str | None:
-        seen = {n}
-        t = next(iter(callees[n]))
-        while t not in final and relay(t) and t not in seen:
-            seen.add(t)
-            t = next(iter(callees[t]))
+        t, _ = graph.through(next(iter(graph.callees[n])), final.__contains__)
         return t if t in final else None
 
     # Deepest relays first, so a chain of them ends up in order below its target.
-    for r in sorted((n for n in final if relay(n)), key=lambda n: _depth(n, callees)):
+    for r in sorted((n for n in final if graph.relay(n)), key=graph.depth):
         t = target(r)
         if (t is not None and t != r and r in relayed
                 and relayed[r] & {e.fault_class for e in by_entity[t]}):
             final[r] = min(final[r], 0.99 * final[t])
             level[r] = min(level[r], 0.99 * level[t])
-
-
-def _depth(node: str, callees: Mapping[str, set[str]]) -> int:
-    """How many calls lie below ``node`` on its longest acyclic path."""
-    seen: set[str] = set()
-
-    def down(n: str) -> int:
-        if n in seen:
-            return 0
-        seen.add(n)
-        d = 1 + max((down(c) for c in callees.get(n, ())), default=-1)
-        seen.discard(n)
-        return d
-
-    return down(node)
 
 
 def _entity_score(weighted: Iterable[float], cfg: RankConfig) -> float:

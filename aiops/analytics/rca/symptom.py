@@ -38,6 +38,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
+from aiops.analytics.rca.graph import CallGraph
 from aiops.analytics.rca.model import Evidence, FaultClass, RankConfig, RootCause, Symptom
 
 __all__ = ["SYMPTOM_CLASSES", "Walk", "leads", "seen_at", "symptom_order", "walk"]
@@ -78,24 +79,15 @@ def walk(start: str, edges: Iterable[tuple[str, str]], anomalous: Set[str]) -> W
     ``anomalous`` only, and through pass-through nodes: a node with one caller and one callee
     (a load balancer, a gateway, a function's trigger) relays the call, so the walk looks
     through it to its callee even when the relay's own figures did not move."""
-    callees: dict[str, set[str]] = defaultdict(set)
-    callers: dict[str, set[str]] = defaultdict(set)
-    for caller, callee in edges:
-        if caller != callee:
-            callees[caller].add(callee)
-            callers[callee].add(caller)
+    graph = CallGraph.of(edges)
 
     def onward(node: str) -> list[tuple[str, int]]:
         """The anomalous callees of ``node``, each with its distance (relays seen through)."""
         out = []
-        for c in sorted(callees[node]):
-            hops, seen = 1, {node}
-            while (c not in anomalous and c not in seen and len(callers[c]) == 1
-                   and len(callees[c]) == 1):
-                seen.add(c)
-                c, hops = next(iter(callees[c])), hops + 1
-            if c in anomalous:
-                out.append((c, hops))
+        for c in sorted(graph.callees[node]):
+            reached, hops = graph.through(c, anomalous.__contains__)
+            if reached in anomalous:
+                out.append((reached, 1 + hops))
         return out
 
     on_path: set[str] = set()
@@ -113,7 +105,7 @@ def walk(start: str, edges: Iterable[tuple[str, str]], anomalous: Set[str]) -> W
             if c not in depth:
                 depth[c] = depth[here] + hops
                 todo.append(c)
-    converge = {e: sum(1 for c in callers[e] if c in anomalous) for e in on_path}
+    converge = {e: sum(1 for c in graph.callers[e] if c in anomalous) for e in on_path}
     return Walk(frozenset(ends), frozenset(on_path), depth, converge)
 
 
