@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 REMIND_S = 60.0  # while a step keeps failing, one log line this often
 
 
-@runtime_checkable
 class Component(Protocol):
     def start(self) -> object: ...
 
@@ -206,7 +205,7 @@ class Components:
 
     def health(self) -> list[Health]:
         """The periodic components' health, in start order (each one with ``health()``)."""
-        return [h for h in _healths(c for _, c in self._items)]
+        return list(_healths(c for _, c in self._items))
 
 
 def _healths(components: Iterable[Component]) -> Iterable[Health]:

@@ -74,12 +74,13 @@ def combine_evidence(evidence: Iterable[Evidence], edges: set[tuple[str, str]],
         relayed = {ent: {e.fault_class for e in items}
                    for ent, items in by_entity.items()
                    if all(e.fault_class in _SYMPTOMS for e in items)}
-        _see_through_relays(final, level, edges, relayed, by_entity)
-        callers: dict[str, set[str]] = defaultdict(set)
-        for caller, callee in edges:
-            if caller != callee and caller in final:
-                callers[callee].add(caller)
-        ranked = sorted(final, key=lambda e: (-round(level[e], 9), -len(callers[e]),
+        graph = CallGraph.of(edges)
+        _see_through_relays(final, level, graph, relayed, by_entity)
+
+        def converging(e: str) -> int:  # callers with evidence of their own
+            return sum(1 for c in graph.callers[e] if c in final)
+
+        ranked = sorted(final, key=lambda e: (-round(level[e], 9), -converging(e),
                                               -final[e], e))
     else:
         ranked = sorted(final, key=lambda e: (-final[e], e))
@@ -90,13 +91,12 @@ def combine_evidence(evidence: Iterable[Evidence], edges: set[tuple[str, str]],
 
 
 def _see_through_relays(final: dict[str, float], level: dict[str, float],
-                        edges: set[tuple[str, str]], relayed: Mapping[str, set[FaultClass]],
+                        graph: CallGraph, relayed: Mapping[str, set[FaultClass]],
                         by_entity: Mapping[str, list[Evidence]]) -> None:
     """A node with one caller and one callee relays the call (a load balancer, a gateway, a
     function's trigger): when its own evidence is a symptom only (``relayed``) and the node
     it relays to (through further relays) shows the same kind, the relay ranks just below
     it, as a caller that only suffers."""
-    graph = CallGraph.of(edges)
 
     def target(n: str) -> str | None:
         t, _ = graph.through(next(iter(graph.callees[n])), final.__contains__)
