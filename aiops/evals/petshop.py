@@ -140,14 +140,11 @@ def _points(path: Path) -> tuple[pa.Table, Window]:
     return table, Window(start, end)
 
 
-def load_issue(store: Store, issue: Issue, baseline: tuple[pa.Table, Window] | None = None
-               ) -> Window:
-    """Load one issue (and ``baseline``, when given) into ``store``; return its anomaly
-    window: from the step the alarm fell in, for ANOMALY_STEPS steps (the issue's file also
-    holds the minutes before the fault)."""
+def load_issue(store: Store, issue: Issue) -> Window:
+    """Load one issue into ``store``; return its anomaly window: from the step the alarm fell
+    in, for ANOMALY_STEPS steps (the issue's file also holds the minutes before the fault)."""
     anomalous, _ = _points(issue.folder / "metrics.csv")
-    tables = [anomalous] if baseline is None else [baseline[0], anomalous]
-    store.append(METRIC_POINTS.name, pa.concat_tables(tables))
+    store.append(METRIC_POINTS.name, anomalous)
     times = sorted({t // 1_000_000_000 for t in
                     anomalous.column("time").cast(pa.int64()).to_pylist()})
     first = max((t for t in times if t <= issue.alarm_s), default=times[0])
