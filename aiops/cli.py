@@ -149,8 +149,9 @@ def server(ctx: typer.Context) -> None:
     except AIOpsError as exc:
         raise _fail(exc, 2) from exc
     limit_memory(settings.server_memory_mb)
-    # HTTP's connection cap, and gRPC's (the same figure) where it listens.
-    ensure_descriptors(settings.server_max_connections * (2 if settings.otlp_grpc_port else 1))
+    # The connection cap counts every listener together; a gRPC connection takes three
+    # descriptors (the caller's, and both ends of the relay's loopback one to gRPC).
+    ensure_descriptors(settings.server_max_connections * (3 if settings.otlp_grpc_port else 1))
     # Everything this process creates is private from the start: the database and the WAL
     # DuckDB re-creates after each checkpoint, spill files, anchors, archive, tokens.
     private_umask()

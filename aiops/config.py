@@ -201,15 +201,17 @@ class Settings(BaseSettings):
         10.0, gt=0, le=300, description="Longest time a connection may take to send a "
         "request's headers (the first request's, and each next one's); then it is closed.")
     server_max_connections_per_client: int = Field(
-        256, ge=1, description="Connections one client address may hold open at once; past "
-        "it a new one gets 503 and is closed.")
+        256, ge=1, description="Connections one client address may hold open at once, HTTP "
+        "and OTLP/gRPC together; past it a new HTTP connection gets 503 and is closed, a "
+        "gRPC one is closed at accept (clients retry).")
     server_max_requests_per_token: int = Field(
         256, ge=1, description="Requests one token may have in flight at once, HTTP and "
         "OTLP/gRPC together; past it a retryable 503 (gRPC: UNAVAILABLE). Anonymous "
         "(loopback) callers are bounded by `server_max_connections_per_client` instead.")
     server_max_connections: int = Field(
-        4096, ge=16, description="Connections and requests in flight in all; past it new "
-        "requests get a retryable 503.")
+        4096, ge=16, description="Connections open at once, HTTP and OTLP/gRPC together; a "
+        "new one past it closes the longest-idle HTTP connection (no request in flight) or, "
+        "with none idle, is refused (HTTP: retryable 503; gRPC: closed at accept).")
     sql_max_memory_mb: int = Field(
         1024, ge=16, description="Memory one read-only SQL query may add to the server "
         "(resident, sampled every 20 ms); past it the query is interrupted (HTTP 413). "

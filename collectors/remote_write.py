@@ -12,12 +12,14 @@ arrive as their ``_bucket``/``_sum``/``_count`` series and are kept so).
 Answers, as Prometheus' retry rules expect: 204 stored; 400 malformed (not retried); 413 over
 ``max_body_bytes`` compressed or decompressed, over ``MAX_RATIO`` times its compressed size
 (the snappy header's length is checked before decompressing), or over ``max_samples`` samples or
-series (counted once parsed, before any row is built); 503 with ``Retry-After`` when ingest buffers
-are full or the store is unavailable (retried).
+series (counted on the wire by the compiled decoder before the body is parsed, the count
+stopping at the cap; where it was not built, counted once parsed); 503 with ``Retry-After``
+when ingest buffers are full or the store is unavailable (retried).
 
-A request is charged on what it becomes, not on its wire size: ``PARSE_FACTOR`` times its
-decompressed size before it is parsed, then ``ROW_BYTES`` per sample before its rows are
-built (a 0.75 MiB body of empty samples is 8M rows; charged by the wire, it would pass).
+A request is charged on what it becomes, not on its wire size: its decompressed size while it
+is counted, ``PARSE_FACTOR`` times that before it is parsed, then ``ROW_BYTES`` per sample
+before its rows are built (a 0.75 MiB body of empty samples is 8M rows; charged by the wire,
+it would pass; counted first, it is refused after 200k steps and 15 MiB, not a 330 MB parse).
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ from aiops.schema import METRIC_POINTS
 from collectors.otlp.credential import stamp
 from collectors.otlp.export import Charge, ReceiverMetrics
 from collectors.otlp.writer import BatchWriter, MemoryBudget, Overloaded, Unstorable
+
+try:  # the compiled decoder counts a request on the wire before it is parsed (setup.py)
+    from collectors.otlp import _wire  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - exercised where no C compiler was available
+    _wire = None
 
 __all__ = ["MAX_RATIO", "MAX_SAMPLES", "WriteRequest", "make_router", "to_table"]
 
@@ -142,6 +149,16 @@ def to_table(request: Message) -> tuple[pa.Table, int]:
     return pa.Table.from_pydict(cols, schema=wire.arrow_schema), left_out
 
 
+def _check_samples(series: int, samples: int, max_samples: int, *, early: bool = False
+                   ) -> None:
+    """413 past the cap; ``early``: the wire count stopped at the cap, so "or more"."""
+    if max(samples, series) > max_samples:
+        more = " or more" if early else ""
+        raise PayloadTooLarge(f"{samples}{more} samples in {series}{more} series in one "
+                              f"request; the limit is {max_samples} of either (lower "
+                              f"Prometheus' queue_config.max_samples_per_send)")
+
+
 def _decode(body: bytes, limit: int, charge: Charge, max_samples: int = MAX_SAMPLES
             ) -> tuple[pa.Table, int]:
     size = _uncompressed_length(body)
@@ -151,11 +168,18 @@ def _decode(body: bytes, limit: int, charge: Charge, max_samples: int = MAX_SAMP
     if size > MAX_RATIO * max(len(body), 1):
         raise PayloadTooLarge(f"body decompresses {size / max(len(body), 1):.0f}x (to {size} "
                               f"bytes); the limit is {MAX_RATIO}x")
-    charge.grow_to(PARSE_FACTOR * size)
+    charge.grow_to(size)
     try:
         raw = bytes(cramjam.snappy.decompress_raw(body))
     except cramjam.DecompressionError as exc:
         raise DecodeError(f"body is not valid snappy: {exc}") from exc
+    if _wire is not None:
+        try:
+            series, samples = _wire.count_write_request(raw, max_samples)
+        except _wire.WireError as exc:
+            raise DecodeError(f"body is not a remote write 1.0 WriteRequest: {exc}") from exc
+        _check_samples(series, samples, max_samples, early=True)
+    charge.grow_to(PARSE_FACTOR * size)
     request = WriteRequest()
     try:
         request.ParseFromString(raw)
@@ -164,10 +188,7 @@ def _decode(body: bytes, limit: int, charge: Charge, max_samples: int = MAX_SAMP
     del raw
     series = len(request.timeseries)
     samples = sum(len(s.samples) for s in request.timeseries)
-    if max(samples, series) > max_samples:
-        raise PayloadTooLarge(f"{samples} samples in {series} series in one request; the "
-                              f"limit is {max_samples} of either (lower Prometheus' "
-                              f"queue_config.max_samples_per_send)")
+    _check_samples(series, samples, max_samples)
     charge.grow_to(PARSE_FACTOR * size + ROW_BYTES * samples)
     return to_table(request)
 

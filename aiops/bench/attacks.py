@@ -8,10 +8,15 @@ answers) and whether bystanders keep exporting.
 * ``remote_write_bomb``: one Prometheus remote-write body of 0.72 MiB that is 8M empty
   samples (the audit: 30 CPU-s and 5.6 GB alone; four at once aborted the process), alone and
   four at once, with an exporter beside them.
+* ``connection_flood``: 17 addresses each opening 500 idle connections, alternately to the HTTP
+  and the gRPC port (the audit: 18,022 connections to gRPC filled the descriptor limit in 15 s
+  and HTTP, SQL and gRPC all failed; 17 x 250 idle HTTP connections passed the global cap), with
+  an HTTP and a gRPC exporter beside them.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import tempfile
 import threading
@@ -25,7 +30,7 @@ import httpx
 
 from aiops.bench.common import free_port, running_server
 
-__all__ = ["AttackResult", "grpc_stall", "remote_write_bomb"]
+__all__ = ["AttackResult", "connection_flood", "grpc_stall", "remote_write_bomb"]
 
 MiB = 2**20
 
@@ -205,4 +210,83 @@ def remote_write_bomb(samples: int = 8_000_000, parallel: int = 4) -> AttackResu
         for code in answers:
             out.answers[str(code)] = out.answers.get(str(code), 0) + 1
         out.ready_after = httpx.get(f"{s.server_url}/readyz", timeout=10).status_code
+    return out
+
+
+def _grpc_bystander(target: str) -> str:
+    """A one-span OTLP/gRPC export, as an SDK's exporter sends it: its status code's name."""
+    import grpc
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+    from collectors.otlp.grpc_receiver import SERVICES
+
+    now = time.time_ns()
+    body = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(
+        spans=[Span(trace_id=b"\x03" * 16, span_id=b"\x04" * 8, name="bystander",
+                    start_time_unix_nano=now - 1000, end_time_unix_nano=now)])])])
+    with grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]
+                               ) as channel:
+        export = channel.unary_unary(f"/{SERVICES['traces']}/Export")
+        try:
+            export(body.SerializeToString(), timeout=30)
+        except grpc.RpcError as exc:
+            return str(exc.code().name)
+    return "OK"
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server has closed (or refused) this connection: what it sent is drained,
+    then an end of stream or a reset says so."""
+    sock.setblocking(False)
+    try:
+        while True:
+            if not sock.recv(65536):
+                return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def connection_flood(addresses: int = 17, per_address: int = 500) -> AttackResult:
+    out = AttackResult(f"connections: {addresses} addresses x {per_address} idle connections, "
+                       f"alternately to the HTTP and the gRPC port (defaults: 4,096 in all, "
+                       f"256 per address)")
+    with tempfile.TemporaryDirectory(prefix="aiops-bench-") as tmp, running_server(
+            Path(tmp), otlp_grpc_port=free_port()) as (s, pid):
+        out.rss_before_mb = _rss_mb(pid)
+        fds_before = len(os.listdir(f"/proc/{pid}/fd"))
+        held: list[socket.socket] = []
+        failed = 0
+        with _Peak(pid) as peak:
+            started = time.monotonic()
+            for a in range(addresses):
+                source = f"127.0.0.{10 + a}"
+                for i in range(per_address):
+                    port = s.server_port if i % 2 == 0 else s.otlp_grpc_port
+                    try:
+                        held.append(socket.create_connection(
+                            ("127.0.0.1", port), timeout=5, source_address=(source, 0)))
+                    except OSError:
+                        failed += 1
+            opened_s = time.monotonic() - started
+            time.sleep(2)
+            fds_held = len(os.listdir(f"/proc/{pid}/fd"))
+            closed = sum(_closed_by_server(sock) for sock in held)
+            out.bystander = (f"HTTP {_bystander(s.server_url)}, gRPC "
+                             f"{_grpc_bystander(f'127.0.0.1:{s.otlp_grpc_port}')}")
+            out.ready_after = httpx.get(f"{s.server_url}/readyz", timeout=30).status_code
+            out.answers = {"connections opened": len(held), "failed to connect": failed,
+                           "closed or refused by the server": closed,
+                           "held open": len(held) - closed}
+            out.notes.append(f"opened in {opened_s:.1f} s; server descriptors {fds_before} "
+                             f"before, {fds_held} while held")
+            for sock in held:
+                sock.close()
+        out.rss_peak_mb = peak.peak
+        time.sleep(1)
+        out.rss_after_mb = _rss_mb(pid)
     return out

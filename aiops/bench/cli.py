@@ -451,9 +451,13 @@ def bench_durability(
 def bench_attacks() -> None:
     """The door-policy audit's attacks (P27) rerun against a real server: the server's RSS,
     its answers, a bystander's export and /readyz afterwards."""
-    from aiops.bench.attacks import grpc_stall, remote_write_bomb
+    from functools import partial
 
-    for r in (grpc_stall(), grpc_stall(admitted=True), remote_write_bomb()):
+    from aiops.bench.attacks import connection_flood, grpc_stall, remote_write_bomb
+
+    for attack in (grpc_stall, partial(grpc_stall, admitted=True), remote_write_bomb,
+                   connection_flood):
+        r = attack()
         t = Table("figure", "value", title=r.name)
         t.add_row("server RSS before / peak / after (MB)",
                   f"{r.rss_before_mb:.0f} / {r.rss_peak_mb:.0f} / {r.rss_after_mb:.0f}")

@@ -37,7 +37,7 @@ from agents.chatops import SLACK_MAX_BODY, AgentService
 from agents.chatops import make_router as chatops_router
 from agents.memory import LazyMemory
 from agents.settings import AgentSettings, SlackSettings
-from aiops.admission import PrincipalSlots
+from aiops.admission import ConnectionGate, PrincipalSlots
 from aiops.analytics.engine import Analyzer, AnalyzerConfig
 from aiops.analytics.incidents import IncidentEvidence, IncidentTracker
 from aiops.analytics.slo import parse_windows
@@ -96,8 +96,8 @@ class RolloutRequest(BaseModel):
 
 def _grpc_receiver(settings: Settings, writer: BatchWriter, budget: MemoryBudget,
                    authenticator: Authenticator, metrics: ReceiverMetrics,
-                   refused: Callable[[str], None], slots: PrincipalSlots
-                   ) -> GrpcReceiver | None:
+                   refused: Callable[[str], None], slots: PrincipalSlots,
+                   connections: ConnectionGate) -> GrpcReceiver | None:
     """OTLP/gRPC beside OTLP/HTTP: same host, tokens, message cap and TLS."""
     if not settings.otlp_grpc_port:
         return None
@@ -108,7 +108,7 @@ def _grpc_receiver(settings: Settings, writer: BatchWriter, budget: MemoryBudget
                                     settings.max_body_bytes, tls,
                                     max_connections=settings.server_max_connections,
                                     read_timeout_s=settings.ingest_read_timeout_s),
-                        writer, budget, authenticator, metrics, refused, slots)
+                        writer, budget, authenticator, metrics, refused, slots, connections)
 
 
 def create_app(settings: Settings, store: Store,
@@ -174,12 +174,18 @@ def create_app(settings: Settings, store: Store,
         findings=analyzer.tracker.held if analyzer is not None else None)
 
     refused = Counter("aiops_gate_refused", "Requests refused before their body was read, "
-                      "by reason (host, auth, size, slow, busy)", ["reason"], registry=registry)
+                      "by reason (host, auth, size, slow, busy; connections: at accept, by "
+                      "the connection gate)", ["reason"], registry=registry)
+    # Connections of every listener counted together (aiops.admission; HTTP's protocol
+    # takes it from app.state, gRPC listens behind a relay that asks it).
+    connections = ConnectionGate(settings.server_max_connections,
+                                 settings.server_max_connections_per_client)
+    connections.on_refused = lambda _why: refused.labels("connections").inc()
     # A token's requests in flight, HTTP and gRPC together (aiops.admission).
     slots = PrincipalSlots(settings.server_max_requests_per_token)
     grpc_receiver = _grpc_receiver(settings, writer, budget, guards.authenticator,
                                    receiver_metrics, lambda why: refused.labels(why).inc(),
-                                   slots)
+                                   slots, connections)
 
     # The background components in start order; they close in reverse: the analyzer and
     # remediation stop before what feeds them, the receivers before the writer commits what
@@ -213,6 +219,7 @@ def create_app(settings: Settings, store: Store,
     app = FastAPI(title="aiops server", version="0.1.0", lifespan=lifespan,
                   docs_url=None, redoc_url=None, openapi_url=None)
     app.state.writer, app.state.budget = writer, budget
+    app.state.connections = connections
     app.include_router(make_router(writer, budget, settings.max_body_bytes, receiver_metrics,
                                    read_timeout_s=settings.ingest_read_timeout_s),
                        dependencies=[guards("ingest")])

@@ -44,7 +44,7 @@ import grpc
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from aiops.admission import PrincipalSlots
+from aiops.admission import AdmittedRelay, ConnectionGate, PrincipalSlots
 from aiops.auth import Authenticator, AuthError, Principal
 from aiops.errors import AIOpsError, DecodeError, PayloadTooLarge, StoreError
 from collectors.otlp.export import SIGNALS, Charge, ReceiverMetrics, export
@@ -157,9 +157,14 @@ class GrpcReceiver:
     def __init__(self, options: GrpcOptions, writer: BatchWriter, budget: MemoryBudget,
                  authenticator: Authenticator, metrics: ReceiverMetrics,
                  refused: Callable[[str], None] = lambda _: None,
-                 slots: PrincipalSlots | None = None) -> None:
+                 slots: PrincipalSlots | None = None,
+                 connections: ConnectionGate | None = None) -> None:
         self.options, self.writer, self.budget = options, writer, budget
         self.slots = slots  # a token's calls in flight, shared with the HTTP gate
+        # The server's connection gate, shared with HTTP: gRPC then listens on loopback
+        # behind a relay that admits each connection (gRPC core accepts in C, with no hook).
+        self.connections = connections
+        self._relay: AdmittedRelay | None = None
         self.authenticator, self.metrics, self.refused = authenticator, metrics, refused
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -189,6 +194,26 @@ class GrpcReceiver:
             await context.abort(code, message)
         peer = context.peer() or "?"  # ipv4:127.0.0.1:50514, ipv6:[::1]:50514
         host = peer.split(":", 1)[-1].rsplit(":", 1)[0]
+        relayed = 0  # the relay's loopback port of this call's connection
+        if self._relay is not None:
+            port = peer.rsplit(":", 1)[-1]
+            relayed = int(port) if port.isdigit() else 0
+            source = self._relay.source(relayed)
+            if source is None:  # straight to the loopback port, past the connection gate
+                self.refused("auth")
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                    f"connect to port {self.port}, not to the receiver "
+                                    "behind it")
+            host = source or host
+            self._relay.begin(relayed)  # its connection is not idle while the call runs
+        try:
+            return await self._admitted(signal, context, principal, host, started)
+        finally:
+            if self._relay is not None:
+                self._relay.end(relayed)
+
+    async def _admitted(self, signal: str, context: grpc.aio.ServicerContext,
+                        principal: Principal | None, host: str, started: float) -> bytes:
         charge = Charge(self.budget, principal.name if principal else "?", host)
         status, retry = grpc.StatusCode.OK, None
         who = principal.name if principal else ""
@@ -288,17 +313,28 @@ class GrpcReceiver:
         ])
         server.add_generic_rpc_handlers(self._handlers())
         address = f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}"
-        if o.tls is not None:
+        if self.connections is not None:
+            address = "127.0.0.1:0"  # behind the relay, which takes the public port
+        if o.tls is not None:  # TLS ends at gRPC: the relay passes the bytes as they are
             self.port = server.add_secure_port(address, grpc.ssl_server_credentials([o.tls]))
         else:
             self.port = server.add_insecure_port(address)
         await server.start()
+        if self.connections is not None:
+            self._relay = AdmittedRelay(self.connections, "grpc", self.port)
+            try:
+                self.port = await self._relay.start(o.host, o.port)
+            except OSError:
+                await server.stop(grace=None)
+                raise
         self._stop = asyncio.Event()
         log.info("OTLP/gRPC receiver on %s:%d%s", o.host, self.port,
                  " (TLS)" if o.tls else "")
         self._started.set()
         await self._stop.wait()
         await server.stop(grace=5)
+        if self._relay is not None:
+            await self._relay.close()
 
     def close(self) -> None:
         """Stop taking calls; the ones in flight get five seconds to finish."""

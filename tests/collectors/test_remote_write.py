@@ -12,6 +12,10 @@ import cramjam
 import httpx
 import pytest
 from fastapi import FastAPI
+from google.protobuf.message import DecodeError as ProtoDecodeError
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from aiops.auth import TOKENS_FILE, Role, TokenStore, ensure_credential
 from aiops.bench.common import free_port
@@ -19,7 +23,7 @@ from aiops.config import load_settings
 from aiops.server.app import create_app
 from aiops.store import Store
 from collectors.otlp.writer import MemoryBudget
-from collectors.remote_write import WriteRequest
+from collectors.remote_write import WriteRequest, _wire
 from tests.conftest import RunningServer
 from tests.loopback import serving
 from tests.prometheus import running_prometheus
@@ -132,3 +136,36 @@ def test_debians_prometheus_remote_writes_into_aiops(server: tuple[RunningServer
     names = {r[0] for r in srv.store.query(
         "SELECT DISTINCT name FROM metric_points WHERE scope_name = 'aiops.remote_write'").rows}
     assert "aiops_otlp_rows_total" in names or "scrape_duration_seconds" in names, names
+
+
+# -- The wire count (collectors/otlp/_wire.pyx count_write_request) ----------------------------
+
+_series = st.lists(st.tuples(
+    st.dictionaries(st.sampled_from(["__name__", "job", "le", "a"]), st.text(max_size=4),
+                    max_size=3),
+    st.lists(st.tuples(st.floats(allow_nan=False), st.integers(-2**40, 2**40)), max_size=6)),
+    max_size=6)
+
+
+@pytest.mark.skipif(_wire is None, reason="the compiled decoder is not built here")
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(series=_series, cut=st.integers(0, 400), flip=st.integers(0, 400),
+       limit=st.integers(0, 20))
+def test_the_wire_count_is_the_parse_count_and_refuses_only_what_protobuf_refuses(
+        series: list[tuple[dict[str, str], list[tuple[float, int]]]], cut: int, flip: int,
+        limit: int) -> None:
+    raw = bytes(cramjam.snappy.decompress_raw(write_request(*series)))
+    counted = _wire.count_write_request(raw, 10**9)
+    assert counted == (len(series), sum(len(s) for _, s in series))
+    # Stopped at the limit, the count still says it was passed.
+    early = _wire.count_write_request(raw, limit)
+    assert (max(early) > limit) == (max(counted) > limit)
+    # A damaged body: refused by the count only where protobuf refuses it too.
+    damaged = bytearray(raw[:cut] if cut < len(raw) else raw)
+    if damaged and flip < len(damaged) * 8:
+        damaged[flip // 8 % len(damaged)] ^= 1 << (flip % 8)
+    try:
+        _wire.count_write_request(bytes(damaged), 10**9)
+    except _wire.WireError:
+        with pytest.raises(ProtoDecodeError):
+            WriteRequest().FromString(bytes(damaged))

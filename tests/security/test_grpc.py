@@ -355,3 +355,151 @@ def test_connections_past_the_cap_are_closed_at_once(tmp_path: Path) -> None:
         finally:
             for sock in held:
                 sock.close()
+
+
+# --- One connection gate for every listener (aiops.admission) ------------------------------
+
+def _until(condition: Any, timeout_s: float = 10.0) -> None:
+    """Wait for the server to have taken in what the test opened (accepts run on its loops)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the server did not get there in time"
+        time.sleep(0.05)
+
+
+def _export_ok(target: str) -> bool:
+    """A traces export from 127.0.0.1 over gRPC: True when stored, False when refused. Its
+    channel's connection goes with it (no process-wide subchannel pool keeping it)."""
+    with grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]
+                               ) as channel:
+        export = channel.unary_unary(f"/{SERVICES['traces']}/Export")
+        try:
+            export(traces(span()), timeout=5, wait_for_ready=False)
+        except grpc.RpcError as exc:
+            assert exc.code() is grpc.StatusCode.UNAVAILABLE, exc
+            return False
+    return True
+
+
+@contextmanager
+def _gated_server(tmp_path: Path, **settings_: Any) -> Iterator[tuple[str, str, FastAPI]]:
+    settings = load_settings(data_dir=tmp_path / "data", server_port=free_port(),
+                             otlp_grpc_port=free_port(), scrape_targets="", analytics=False,
+                             retention_hours=0, server_header_timeout_s=30.0, **settings_)
+    store = Store(settings.db_path)
+    app = create_app(settings, store)
+    try:
+        with serving(app, settings.server_port, settings) as url:
+            yield url, f"127.0.0.1:{settings.otlp_grpc_port}", app
+    finally:
+        store.close()
+
+
+def test_an_address_has_one_share_of_connections_over_http_and_grpc_together(
+        tmp_path: Path) -> None:
+    """An address holding its share in idle HTTP connections gets no gRPC connection either
+    (and the reverse), while other addresses are served on both."""
+    import httpx
+
+    held: list[socket.socket] = []
+    with _gated_server(tmp_path, server_max_connections_per_client=8) as (url, target, app):
+        host, port = url.removeprefix("http://").split(":")
+        try:
+            gate = app.state.connections
+            for _ in range(8):
+                held.append(socket.create_connection((host, int(port))))
+            _until(lambda: gate.open(source="127.0.0.1") == 8)
+            assert not _export_ok(target)  # gRPC: closed at accept, a retryable UNAVAILABLE
+            other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"))
+            assert other.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
+            for sock in held:
+                sock.close()
+            held.clear()
+            _until(lambda: gate.open(source="127.0.0.1") == 0)
+            assert _export_ok(target)
+            _until(lambda: gate.open(source="127.0.0.1") == 0)
+            # The reverse: the share held on the gRPC port, HTTP refuses the address.
+            grpc_host, grpc_port = target.split(":")
+            for _ in range(8):
+                held.append(socket.create_connection((grpc_host, int(grpc_port))))
+            _until(lambda: gate.open(source="127.0.0.1") == 8)
+            refused = httpx.get(f"{url}/readyz")
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+            assert app.state.connections.refused["source"] >= 2
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def test_idle_http_connections_that_fill_the_server_make_room_for_a_grpc_exporter(
+        tmp_path: Path) -> None:
+    """Two addresses fill the whole server with idle HTTP connections: a gRPC exporter from a
+    third is still served, the longest-idle HTTP connection closed for it."""
+    held: list[socket.socket] = []
+    with _gated_server(tmp_path, server_max_connections_per_client=8,
+                       server_max_connections=16) as (url, target, app):
+        port = int(url.rsplit(":", 1)[1])
+        try:
+            for source in ("127.0.0.10", "127.0.0.11"):
+                for _ in range(8):
+                    held.append(socket.create_connection(("127.0.0.1", port),
+                                                         source_address=(source, 0)))
+            _until(lambda: app.state.connections.open() == 16)
+            assert _export_ok(target)
+            assert app.state.connections.evicted >= 1
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def test_a_connection_straight_to_the_receiver_behind_the_relay_is_refused(
+        tmp_path: Path) -> None:
+    from aiops.admission import ConnectionGate
+
+    store = Store(tmp_path / "t.duckdb")
+    writer = BatchWriter(store)
+    receiver = GrpcReceiver(
+        GrpcOptions("127.0.0.1", free_port(), MAX_MESSAGE), writer, MemoryBudget(2**20),
+        Authenticator(TokenStore(tmp_path / "tokens.json"), lambda: "", anonymous=True),
+        ReceiverMetrics(CollectorRegistry()), connections=ConnectionGate(16, 8))
+    try:
+        port = receiver.start()
+        assert _export_ok(f"127.0.0.1:{port}")
+        assert receiver._relay is not None
+        behind = f"127.0.0.1:{receiver._relay.upstream_port}"
+        with grpc.insecure_channel(behind) as channel:
+            export = channel.unary_unary(f"/{SERVICES['traces']}/Export")
+            with pytest.raises(grpc.RpcError) as refused:
+                export(traces(span()), timeout=5)
+        assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert f"port {port}" in (refused.value.details() or "")
+    finally:
+        receiver.close()
+        writer.close()
+        store.close()
+
+
+def test_idle_grpc_connections_that_fill_the_server_make_room_for_http(
+        tmp_path: Path) -> None:
+    """The reverse: silent connections to the gRPC port fill the server; /readyz and an
+    export over HTTP are still served, the longest-idle gRPC connection closed for each."""
+    import httpx
+
+    held: list[socket.socket] = []
+    with _gated_server(tmp_path, server_max_connections_per_client=8,
+                       server_max_connections=16) as (url, target, app):
+        port = int(target.rsplit(":", 1)[1])
+        try:
+            for source in ("127.0.0.10", "127.0.0.11"):
+                for _ in range(8):
+                    held.append(socket.create_connection(("127.0.0.1", port),
+                                                         source_address=(source, 0)))
+            _until(lambda: app.state.connections.open("grpc") == 16)
+            assert httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+            export = httpx.post(f"{url}/v1/traces", content=traces(span()), timeout=5,
+                                headers={"content-type": "application/x-protobuf"})
+            assert export.status_code == 200, export.text
+            assert app.state.connections.evicted >= 1
+        finally:
+            for sock in held:
+                sock.close()

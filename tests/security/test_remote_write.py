@@ -101,7 +101,8 @@ def test_a_request_is_charged_and_capped_by_the_rows_it_becomes(tmp_path: Path) 
             assert len(bomb) < 3000  # about 14x smaller than what it decompresses to
             reply = post(srv, bomb, None)
             assert reply.status_code == 413, reply.text
-            assert "20000 samples" in reply.json()["error"]
+            # Counted on the wire, the count stopping at the cap: never parsed.
+            assert "1001 or more samples" in reply.json()["error"]
             assert "max_samples_per_send" in reply.json()["error"]
             assert store.query("SELECT count(*) FROM metric_points").rows == [(0,)]
             # Within the cap it is stored, charged per row (not per compressed byte).
@@ -124,3 +125,16 @@ def test_a_snappy_header_announcing_more_than_snappy_can_expand_is_refused() -> 
     with pytest.raises(PayloadTooLarge, match="decompresses"):
         _decode(body, 16 * 2**20, Charge(budget))
     assert budget.peak == 0  # refused before anything was charged or decompressed
+
+
+def test_a_bomb_is_counted_on_the_wire_and_refused_before_it_is_parsed() -> None:
+    from collectors.otlp.export import Charge
+    from collectors.otlp.writer import MemoryBudget
+    from collectors.remote_write import PARSE_FACTOR, _decode
+
+    budget = MemoryBudget(2**30)
+    bomb = _empty_samples(2_000_000)  # 4 MB of two-byte samples, about 0.2 MB on the wire
+    with pytest.raises(PayloadTooLarge, match="200001 or more samples"):
+        _decode(bomb, 16 * 2**20, Charge(budget))
+    # Charged its decompressed size while counted; the parse's charge was never taken.
+    assert 4 * 10**6 <= budget.peak < PARSE_FACTOR * 4 * 10**6 / 2
