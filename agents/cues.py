@@ -31,12 +31,29 @@ CAUSE = _cue(r"why|happen\w*|wrong|root cause|explain\w*|broke\w*(?!\s+down)|cau
              r"为什么|为何|为啥|怎么了|怎么回事|咋回事|咋了|发生了什么|原因|出了什么问题|出什么问题|"
              r"故障")
 
+# A multiple of today's load: "2x", "1.5 times", "double", "50% more"; "两倍", "翻倍".
+_MULTIPLE = (r"(?:\d+(?:\.\d+)?\s*(?:x|\u00d7|times)|double|twice|triple|thrice|quadruple|"
+             r"half again|\d+(?:\.\d+)?\s*%\s*more)")
+_ZH_MULTIPLE = r"(?:\d+(?:\.\d+)?|[一二两三四五六七八九十]+)\s*倍|翻倍|翻一番|双倍"
+
 # Telemetry questions, most specific first: the first that matches decides.
 TELEMETRY: list[tuple[str, re.Pattern[str]]] = [
     ("compare", _cue(r"compare\w*|versus|vs\.?|difference between|differ",
                      r"对比|比较|相比|区别|差异")),
     ("slo", _cue(r"slos?|error budgets?|budgets?|objectives?|burn rate",
                  r"错误预算|预算|服务等级|服务水平")),
+    # A load asked about ("can chat take 2x the traffic?", "how many replicas for triple the
+    # load?"): whether the replicas would serve it, not how full they are now.
+    ("capacity", _cue(
+        rf"{_MULTIPLE}\s+(?:(?:the|our|its|today'?s|current|as much|more)\s+)*"
+        r"(?:traffic|load|requests?|qps|rps|users?|volume)|"
+        r"(?:traffic|load|requests?|qps|volume)\s+(?:\w+\s+)?(?:doubles?|doubled|triples?|"
+        r"tripled|grows?|spikes?|surges?|increases?)|"
+        r"how many replicas.{0,40}(?:need\w*|required|for|to (?:handle|serve|take))|"
+        r"capacity plan\w*|(?:can|could|will|would).{0,30}(?:handle|take|absorb|cope with|"
+        r"survive|sustain|withstand).{0,30}(?:traffic|load|spike|surge|peak)",
+        rf"{_ZH_MULTIPLE}|扛得?住|扛不住|撑得?住|撑不住|顶得?住|承受得?住|能承受|承载|容量规划|"
+        r"(?:需要|要)(?:多少|几)个?副本")),
     # Traffic shares ("which version is taking traffic and what share does each get?") are
     # request rates per version, each as a share of the model's.
     ("throughput", _cue(r"tokens?|throughput|tokens?/s|tok/s|qps|rps|req/s|request rate|"
@@ -150,3 +167,23 @@ def zh_action(question: str) -> str | None:
         if word in question:
             return action
     return None
+
+
+_WORD_MULTIPLES = {"double": 2.0, "twice": 2.0, "triple": 3.0, "thrice": 3.0,
+                   "quadruple": 4.0, "half again": 1.5, "翻倍": 2.0, "翻一番": 2.0, "双倍": 2.0}
+_NUMBER_MULTIPLE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:x|\u00d7|times|倍)(?![a-z])", re.I)
+_MORE = re.compile(r"(\d+(?:\.\d+)?)\s*%\s*more", re.I)
+_ZH_NUMBER_MULTIPLE = re.compile(r"([一二两三四五六七八九十]+)\s*倍")
+
+
+def load_multiple(question: str) -> float | None:
+    """The multiple of today's load a capacity question asks about (2.0 for "2x", "double",
+    "两倍"; 1.5 for "50% more"), None when it names none."""
+    if m := _MORE.search(question):
+        return 1 + float(m.group(1)) / 100
+    if m := _NUMBER_MULTIPLE.search(question):
+        return float(m.group(1))
+    if m := _ZH_NUMBER_MULTIPLE.search(question):
+        return _zh_number(m.group(1))
+    q = question.lower()
+    return next((v for word, v in _WORD_MULTIPLES.items() if word in q), None)

@@ -25,6 +25,7 @@ from agents.cues import (
     NEW,
     TELEMETRY,
     VERSION,
+    load_multiple,
     percentiles,
     window_minutes,
     zh_action,
@@ -59,11 +60,12 @@ class IntentKind(StrEnum):
     SATURATION = "saturation"  # queue depth, KV cache, replicas, memory, CPU run queue
     THROUGHPUT = "throughput"  # tokens per second
     SLO = "slo"  # objectives and error budget left
+    CAPACITY = "capacity"  # would the replicas serve N x today's load, and how many it takes
 
 
 TELEMETRY_KINDS = frozenset({IntentKind.LATENCY, IntentKind.TRACES, IntentKind.LOGS,
                              IntentKind.CHANGES, IntentKind.COMPARE, IntentKind.SATURATION,
-                             IntentKind.THROUGHPUT, IntentKind.SLO})
+                             IntentKind.THROUGHPUT, IntentKind.SLO, IntentKind.CAPACITY})
 
 
 class Intent(BaseModel):
@@ -84,6 +86,8 @@ class Intent(BaseModel):
     versions: list[str] = Field(default_factory=list)
     order: Literal["slowest", "failed"] | None = None
     new_only: bool = False
+    # Capacity questions: the multiple of today's load asked about (None: the headroom).
+    load: float | None = Field(None, gt=0, le=1000)
     source: str = "rules"  # rules, examples (the nearest labelled examples) or llm
 
 
@@ -186,8 +190,11 @@ def parse_rules(question: str, models: list[str], reader: Reader | None = None
     if not CAUSE.search(question):
         telemetry = telemetry_intent(question, common, _compared(bare, versions))
         guess = reader(question, models) if reader is not None else None
+        # The capacity cue is narrow (a multiple of the load, "how many replicas ... need",
+        # "can it take the traffic"): no example's topic outweighs it.
+        exact = telemetry is not None and telemetry.kind is IntentKind.CAPACITY
         if guess is not None and guess.sure and (telemetry is None or (
-                guess.overrides and guess.kind != telemetry.kind)):
+                guess.overrides and guess.kind != telemetry.kind and not exact)):
             return _from_guess(guess, question, common, _compared(bare, versions))
         if telemetry is not None:
             return telemetry
@@ -244,6 +251,8 @@ def telemetry_intent(question: str, common: dict[str, Any], versions: list[str],
         extra["order"] = "failed" if FAILED.search(question) else "slowest"
     if kind is IntentKind.LOGS:
         extra["new_only"] = bool(NEW.search(question))
+    if kind is IntentKind.CAPACITY:
+        extra["load"] = load_multiple(question)
     if kind is IntentKind.COMPARE:
         common = {**common, "version": None}  # both versions are in ``versions``
     return Intent(kind=kind, **common, **extra)

@@ -412,7 +412,12 @@ def capacities_from_specs(models_file: Path | None) -> tuple[Capacity, ...]:
                                    seen.memory_mb if seen else None)), default=None)
         queue = max(filter(None, (spec.qos.max_queue, seen.max_queue if seen else None)),
                     default=None)
-        out[spec.name] = Capacity(spec.name, memory, queue)
+        # The autoscaling limits of the version listed last (a model's versions share them
+        # in every shipped spec; a canary's own would be asked of by its version).
+        a = spec.autoscaling
+        out[spec.name] = Capacity(spec.name, memory, queue, a.min_replicas, a.max_replicas,
+                                  a.target_ongoing_requests, spec.max_ongoing_requests,
+                                  spec.resources.num_cpus)
     return tuple(out.values())
 
 

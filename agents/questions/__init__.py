@@ -1,13 +1,14 @@
 """Questions about the telemetry itself - latency percentiles, slowest or failed traces, error
 logs and new templates, what changed, two versions side by side, saturation, token
-throughput, SLOs - answered from the store, each figure with the SQL it came from."""
+throughput, SLOs, capacity for more load - answered from the store, each figure with the SQL
+it came from."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from agents.intent import Intent, IntentKind
-from agents.questions import changes, latency, logs, saturation, slo, traces, why
+from agents.questions import capacity, changes, latency, logs, saturation, slo, traces, why
 from agents.questions.model import Ask, CitedQuery, Report
 from agents.tools import Toolbox
 
@@ -22,6 +23,7 @@ _ANSWERS: dict[IntentKind, tuple[str, Callable[[Ask], None]]] = {
     IntentKind.SATURATION: ("Saturation", saturation.saturation),
     IntentKind.THROUGHPUT: ("Throughput", latency.throughput),
     IntentKind.SLO: ("SLO and error budget", slo.slo),
+    IntentKind.CAPACITY: ("Capacity", capacity.capacity),
 }
 
 

@@ -353,8 +353,14 @@ class IncidentTracker:
     def __init__(self, resolve_after_s: float = 30.0, refresh_s: float = 10.0,
                  calls: ServiceMap | None = None, store: Store | None = None,
                  page: Callable[[Finding], bool] = pages,
-                 recovered_after_s: float = 10.0) -> None:
+                 recovered_after_s: float = 10.0, caller_grace_s: float = 5.0) -> None:
         self.resolve_after_ns = int(resolve_after_s * 1e9)
+        # A service that calls others in the service map pages only once its paging findings
+        # have been held this long: its callees' spans of the same failed requests come from
+        # other processes' exporters (the OpenTelemetry SDK's batch delay is 5 s), and if a
+        # callee fires meanwhile the incident is the callee's, named as what broke.
+        self.caller_grace_ns = int(caller_grace_s * 1e9)
+        self._paging_since: dict[str, int] = {}
         # A mitigating incident (an action was taken) resolves once no bad observation has
         # ended for this long: the spans of a rolled-back release still in the detectors'
         # window are about before the action, not news that it failed.
@@ -551,10 +557,16 @@ class IncidentTracker:
             held[key] = (f, now_ns)
         if not any(self._page(f) for f in fs):
             return []
+        since = self._paging_since.setdefault(owner, now_ns)
+        calls = self._calls
+        if owner not in FRONTS and calls is not None and calls.callees(owner) \
+                and now_ns - since < self.caller_grace_ns:
+            return []  # a caller: its callees' spans of the same requests may still come
         out: list[Finding] = []
         for service in sorted(self._held):
             if service == owner or self._owner(service, firing) == owner:
                 out += [f for f, _ in self._held.pop(service).values()]
+                self._paging_since.pop(service, None)
         return out
 
     def _forget_held(self, now_ns: int) -> None:
@@ -567,6 +579,7 @@ class IncidentTracker:
                 self._held[service] = kept
             else:
                 del self._held[service]
+                self._paging_since.pop(service, None)
 
     def held(self) -> list[Finding]:
         """The findings that fire or fired lately without an incident (none of them a page)."""

@@ -53,8 +53,10 @@ SCALE_CEILING = 4  # replicas the planner scales to before it sheds batch load i
 # symptom until shown otherwise: its users see a callee's fault first, and the callee's own
 # findings follow a round or two later (its spans arrive later). Its plan waits this long
 # after the incident opened for a callee to fire (the incident then names it); if none does,
-# the caller itself is acted on.
-CALLER_SETTLE_S = 10.0
+# the caller itself is acted on. The tracker already held the caller's findings for its
+# caller grace (5 s) before it opened the incident: the two together are the 10 s this wait
+# alone was.
+CALLER_SETTLE_S = 5.0
 
 
 def plan(incident: Incident, status: ControlStatus, now_ns: int) -> Action | None:

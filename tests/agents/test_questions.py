@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from agents.agent import Agent, Answer
 from agents.tools import Toolbox
 from aiops.analytics.slo import Objective
+from aiops.capacity import Capacity
 from aiops.store import Store
 from tests.aiops.analytics.telemetry import NS, T0, add_logs, add_points, add_spans, log, span
 
@@ -391,3 +393,46 @@ def test_the_queue_is_shown_against_the_specs_max_queue(store: Store) -> None:
     [line] = [x for x in a.report.lines if "queue depth" in x]
     assert line.endswith("4 now, 4 at most (its spec's max_queue: 16 per priority class; "
                          "highest 25% of it)")
+
+
+# --- Capacity: would the replicas serve N x today's load --------------------------------------
+
+ECHO_LIMITS = Capacity("echo", max_queue=16, min_replicas=1, max_replicas=2,
+                       target_ongoing=1.0, max_ongoing=2, num_cpus=0.5)
+
+
+def test_a_load_multiple_gets_a_verdict_by_the_autoscalers_rule(store: Store) -> None:
+    # One request a second, each 0.8 s in the replica: 0.8 requests in service at once.
+    _requests(store, T0 - 600 * NS, 600, 1000, 801 - 3 * 3)
+    a = _ask(store, "can echo take 2x the traffic?", capacities=[ECHO_LIMITS])
+    assert (a.intent.kind, a.intent.load) == ("capacity", 2.0)
+    assert a.report is not None
+    row = a.report.rows[0]
+    assert row["peak_in_service"] == pytest.approx(0.8, abs=0.05)
+    assert (row["replicas_needed"], row["fit"]) == (2, "fits")
+    assert "**yes**" in a.text and "max_replicas 2" in a.text
+    assert "1 of Ray's CPUs reserved" in a.text
+
+
+def test_a_load_the_spec_cannot_serve_at_target_says_what_to_raise(store: Store) -> None:
+    _requests(store, T0 - 600 * NS, 600, 1000, 801 - 3 * 3)
+    above = _ask(store, "how many replicas would echo need for triple the load?",
+                 capacities=[ECHO_LIMITS])
+    assert (above.intent.kind, above.intent.load) == ("capacity", 3.0)
+    assert "**only above target**" in above.text
+    assert "autoscaling.max_replicas to 3" in above.text
+    over = _ask(store, "echo 能扛住六倍流量吗?", capacities=[ECHO_LIMITS])
+    assert (over.intent.kind, over.intent.load) == ("capacity", 6.0)
+    assert "**no**" in over.text and "max_queue 16" in over.text
+
+
+def test_capacity_without_a_multiple_is_the_headroom_and_without_a_spec_no_verdict(
+        store: Store) -> None:
+    _requests(store, T0 - 600 * NS, 600, 1000, 801 - 3 * 3)
+    headroom = _ask(store, "capacity planning for echo: how much more load can it take?",
+                    capacities=[ECHO_LIMITS])
+    assert headroom.intent.kind == "capacity" and headroom.intent.load is None
+    assert "Headroom: 2.5x" in headroom.text and "5.0x before every" in headroom.text
+    unknown = _ask(store, "can echo handle double the traffic?")
+    assert unknown.report is not None and any("no spec" in g for g in unknown.report.gaps)
+    assert "**yes**" not in unknown.text

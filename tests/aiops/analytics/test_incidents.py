@@ -89,9 +89,30 @@ def test_the_summary_quotes_the_top_causes_own_finding() -> None:
 SHOP = ServiceMap(frozenset({("shop", "shop.Scorer")}))
 
 
+def test_a_callers_page_waits_for_its_callees_spans_of_the_same_requests() -> None:
+    """The caller's failures come in first (its exporter flushed first): within the caller
+    grace they are held, and the callee firing makes the one incident the callee's from its
+    first state; a caller whose callees stay quiet pages once the grace has passed."""
+    tracker = IncidentTracker(calls=SHOP, caller_grace_s=5.0)
+    shop = finding("trace_errors", Entity("shop", "2"), FaultClass.ERRORS, 3.0)
+    assert tracker.update([shop], NS) == []
+    assert tracker.update([shop], 3 * NS) == []
+    scorer = finding("trace_errors", Entity("shop.Scorer", "2"), FaultClass.ERRORS, 2.0)
+    (inc,) = tracker.update([shop, scorer], 4 * NS)
+    assert inc.row()["service"] == "shop.Scorer"
+    assert {str(c.entity) for c in inc.causes} == {"shop@2", "shop.Scorer@2"}
+
+    alone = IncidentTracker(calls=SHOP, caller_grace_s=5.0)
+    assert alone.update([shop], NS) == []
+    assert alone.update([shop], 5 * NS) == []
+    (own,) = alone.update([shop], 6 * NS)
+    assert own.row()["service"] == "shop"
+
+
 def test_a_callers_incident_opened_first_becomes_its_callees_once_that_fires() -> None:
-    # The ingress's users see the failures first; an action may already name its incident.
-    tracker = IncidentTracker(calls=SHOP)
+    # The ingress's users see the failures first (past the caller grace, here none); an
+    # action may already name its incident.
+    tracker = IncidentTracker(calls=SHOP, caller_grace_s=0)
     shop = finding("trace_errors", Entity("shop", "2"), FaultClass.ERRORS, 3.0)
     (first,) = tracker.update([shop], NS)
     assert first.service == "shop"

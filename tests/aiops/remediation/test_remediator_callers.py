@@ -48,7 +48,8 @@ def _tracked(store: Store) -> tuple[IncidentTracker, Releases]:
 
     policy = Policy.model_validate({"verify_s": 120, "approval_ttl_s": 600, "rules": [
         {"id": "rollback", "action": "rollback", "target": "*", "mode": "auto"}]})
-    tracker = IncidentTracker(calls=SHOP, store=store)
+    # No caller grace in the tracker: the remediator's own wait is what these specify.
+    tracker = IncidentTracker(calls=SHOP, store=store, caller_grace_s=0)
     Remediator(store, policy, connect).attach(tracker)
     return tracker, control
 
