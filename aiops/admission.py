@@ -288,7 +288,7 @@ class AdmittedRelay:
         if self._server is not None:
             self._server.close()
         with self._lock:
-            inbounds = list(self._by_port.values()) + list(self._idle)
+            inbounds = list(self._by_port.values())  # the idle ones are among them
         for inbound in inbounds:
             if inbound.transport is not None:
                 inbound.transport.abort()

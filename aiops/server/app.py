@@ -57,6 +57,7 @@ from aiops.remediation.remediator import Remediator
 from aiops.remediation.rollout import DEFAULT_STEPS, Rollout
 from aiops.remediation.worker import RoundWorker
 from aiops.retention import Retention
+from aiops.server.connections import connection_gate
 from aiops.server.exposition import SharedScrape, StoreCollector
 from aiops.server.gate import BodyLimits, Gate, allowed_hosts, route_access_of
 from aiops.server.guard import Guards
@@ -178,8 +179,7 @@ def create_app(settings: Settings, store: Store,
                       "the connection gate)", ["reason"], registry=registry)
     # Connections of every listener counted together (aiops.admission; HTTP's protocol
     # takes it from app.state, gRPC listens behind a relay that asks it).
-    connections = ConnectionGate(settings.server_max_connections,
-                                 settings.server_max_connections_per_client)
+    connections = connection_gate(settings)
     connections.on_refused = lambda _why: refused.labels("connections").inc()
     # A token's requests in flight, HTTP and gRPC together (aiops.admission).
     slots = PrincipalSlots(settings.server_max_requests_per_token)

@@ -35,7 +35,6 @@ __all__ = ["GuardedHttpProtocol", "connection_gate", "uvicorn_config"]
 log = logging.getLogger(__name__)
 
 
-
 def _busy(why: str) -> bytes:
     body = (b'{"error": "too many connections from this address; retry"}' if why == "source"
             else b'{"error": "the server holds all the connections it may; retry"}')
