@@ -49,7 +49,7 @@ sysdeps:
 
 # Order-only: the Debian packages and the llama.cpp wheel come first (once per make run, also
 # with -j), without making an installed virtualenv out of date.
-$(STAMP): pyproject.toml constraints.txt | sysdeps llama-wheel
+$(STAMP): pyproject.toml constraints.txt collectors/otlp/_wire.pyx | sysdeps llama-wheel
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip==$$(grep -oP '^pip==\K.*' constraints.txt || echo 25.3)"
 	$(BIN)/python -m pip install --no-deps --no-index --find-links $(LLAMA_WHEELS) llama_cpp_python

@@ -110,7 +110,7 @@ class Agent:
 
     def known_versions(self) -> list[str]:
         rows = self.box.query(
-            "SELECT DISTINCT (attributes->>'aiops.model.version') FROM spans", [], 200).rows
+            f"SELECT DISTINCT {semconv.VERSION} FROM spans", [], 200).rows
         return [r[0] for r in rows if r[0]]
 
     # -- reading the question -----------------------------------------------------------------

@@ -26,7 +26,7 @@ from aiops.analytics.incidents import IncidentEvidence, rank_causes, symptom_of
 from aiops.analytics.slo import SLO_BURN, Objective
 from aiops.capacity import Capacity
 from aiops.errors import AIOpsError
-from aiops.identity import APP, INGRESS_SERVICE
+from aiops.identity import INGRESS_SERVICE
 from aiops.remediation.actions import Action, ActionKind, new_action
 from aiops.store import QueryResult, Store
 
@@ -234,7 +234,7 @@ class Toolbox:
         they are named), and those named ``<app>.<deployment>`` (aiops.identity's rule)."""
         rows = self._rows(
             f"""SELECT DISTINCT service_name FROM spans
-                WHERE (resource_attributes->>'{APP}') = ? AND end_time > make_timestamp_ns(?)
+                WHERE {semconv.APP} = ? AND end_time > make_timestamp_ns(?)
                 UNION SELECT DISTINCT service FROM incidents_current
                 WHERE starts_with(service, ? || '.')""", [name, since_ns, name], 200)
         return sorted({name, *(str(r["service_name"]) for r in rows if r["service_name"])})
@@ -341,11 +341,11 @@ class Toolbox:
         if not 0 < minutes <= 24 * 60:
             return self._fail("log_lookup", params, "minutes must be in (0, 1440]")
         now = self.now()
-        sql = """
+        sql = f"""
             SELECT body, max(severity_number) AS severity, count(*) AS n,
                    epoch_ns(min(time)) AS first_ns, epoch_ns(max(time)) AS last_ns,
                    any_value(trace_id) AS trace_id,
-                   any_value(resource_attributes->>'service.version') AS version
+                   any_value({semconv.VERSION}) AS version
             FROM logs
             WHERE service_name = ? AND coalesce(severity_number, 0) >= ?
               AND time > make_timestamp_ns(?) AND time <= make_timestamp_ns(?)
@@ -425,10 +425,10 @@ class Toolbox:
             SELECT count(*) FROM spans
             WHERE parent_span_id IS NULL AND start_time > make_timestamp_ns(?)
               AND start_time <= make_timestamp_ns(?)
-              AND coalesce(attributes->>'gen_ai.request.model',
+              AND coalesce({semconv.MODEL},
                            CASE WHEN {semconv.NOT_INGRESS_SQL} THEN service_name END)
                   IS DISTINCT FROM ?
-              AND coalesce(attributes->>'gen_ai.request.model', service_name)
+              AND coalesce({semconv.MODEL}, service_name)
                   <> '{INGRESS_SERVICE}'"""
         try:
             rows = self._rows(sql, [now - int(seconds * NS), now, exclude], 1)

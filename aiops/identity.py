@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 __all__ = ["APP", "DEPLOYMENT", "INGRESS_SERVICE", "PROXY_SERVICE", "REPLICA", "SCALING_FIELDS",
-           "SPAN_REPLICA", "ServeIdentity", "app_version", "deployment_service",
+           "SERVICE_VERSION", "ServeIdentity", "app_version", "deployment_service",
            "deployment_version", "env_vars", "identities", "ingress_of", "resource_attr"]
 
 # Span and resource attributes naming the Serve entity a span came from (no OpenTelemetry
@@ -40,11 +40,9 @@ __all__ = ["APP", "DEPLOYMENT", "INGRESS_SERVICE", "PROXY_SERVICE", "REPLICA", "
 APP = "ray.serve.app"
 DEPLOYMENT = "ray.serve.deployment"
 REPLICA = "ray.serve.replica"
-
-# The replica a span came from, as SQL over the spans table: Serve's replica id (aiops' own
-# serving and the zero-code exporter both set it). Not the OpenTelemetry SDK's
-# `service.instance.id`: the SDK makes one per process, and one vLLM server exports from three.
-SPAN_REPLICA = f"(resource_attributes->>'{REPLICA}')"
+# OpenTelemetry's resource attribute for the release a process runs (what a version is read
+# from, by the rules above, and what aiops' exporters set).
+SERVICE_VERSION = "service.version"
 
 # The service of Serve's HTTP proxies' spans: every application's clients, as they saw it. It
 # calls every application (a front, as the embedded stack's ingress is), never a cause alone.
@@ -87,7 +85,7 @@ def _explicit_service(env: Mapping[str, str]) -> str | None:
 
 
 def _explicit_version(env: Mapping[str, str]) -> str | None:
-    return env.get("OTEL_SERVICE_VERSION") or resource_attr(env, "service.version")
+    return env.get("OTEL_SERVICE_VERSION") or resource_attr(env, SERVICE_VERSION)
 
 
 def _deployment_config(config: Mapping[str, Any], deployment: str) -> Mapping[str, Any]:

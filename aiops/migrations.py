@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from aiops.schema import PROVENANCE, SPANS, TABLES, Kind
+from aiops.schema import LOGS, METRIC_POINTS, PROVENANCE, SPANS, TABLES, Kind
 
 __all__ = ["MIGRATIONS", "Migration", "apply_migrations", "current_version"]
 
@@ -97,6 +97,22 @@ def _typed_span_columns(conn: duckdb.DuckDBPyConnection) -> None:
                                                      for d in SPANS.derived))
 
 
+def _typed_identity(conn: duckdb.DuckDBPyConnection) -> None:
+    # The identity columns (model, version, replica, deployment, app) on every signal table,
+    # read where aiops.semconv's conventions table says: spans gain deployment and app.
+    for t in (SPANS, LOGS, METRIC_POINTS):
+        conn.execute(f"DROP VIEW IF EXISTS {t.name}_all")  # recreated when the store opens
+        have = {r[0] for r in conn.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND schema_name = 'main' AND table_name = ?", [t.name]).fetchall()}
+        added = [d for d in t.derived if d.name not in have]
+        for d in added:
+            conn.execute(f"ALTER TABLE {t.name} ADD COLUMN {d.name} {d.kind.duckdb}")
+        if added:
+            conn.execute(f"UPDATE {t.name} SET " + ", ".join(f"{d.name} = {d.sql}"
+                                                              for d in added))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create telemetry tables", _create_tables),
     Migration(2, "provenance hash chain", _provenance),
@@ -108,6 +124,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "ingest_credential on telemetry rows", _ingest_credential),
     Migration(9, "typed span columns: model, version, replica, HTTP status, failed",
               _typed_span_columns),
+    Migration(10, "typed identity columns on every signal table: model, version, replica, "
+              "deployment, app", _typed_identity),
 )
 
 

@@ -163,6 +163,30 @@ def _c(name: str, kind: Kind, doc: str, *, required: bool = False) -> Column:
     return Column(name, kind, doc, nullable=not required)
 
 
+def _sources(signal: str, row: str, column: str) -> str:
+    shown = {"attr": f"the {row}'s `{{}}`", "resource": "the resource's `{}`",
+             "component": "Ray's `Component` label (`ray::ServeReplica:<app>:<deployment>`)"}
+    return ", else ".join(shown[s.where].format(s.key)
+                          for s in semconv.CONVENTIONS[signal][column])
+
+
+_MEANING = {
+    semconv.MODEL: ("Model requested", Kind.VARCHAR),
+    semconv.VERSION: ("Release that served it", Kind.VARCHAR),
+    semconv.REPLICA: ("Ray Serve replica id", Kind.VARCHAR),
+    semconv.DEPLOYMENT: ("Ray Serve deployment", Kind.VARCHAR),
+    semconv.APP: ("Ray Serve application", Kind.VARCHAR),
+}
+
+
+def _identity(signal: str, row: str, columns: tuple[str, ...] = (
+        semconv.MODEL, semconv.VERSION, semconv.REPLICA)) -> tuple[Derived, ...]:
+    """The typed identity columns of ``signal``'s table (whose rows are ``row``s), read
+    where ``aiops.semconv``'s conventions table says."""
+    return tuple(Derived(c, _MEANING[c][1], f"{_MEANING[c][0]}: {_sources(signal, row, c)}.",
+                         semconv.RAW[signal][c]) for c in columns)
+
+
 _RESOURCE = (
     _c("service_name", Kind.VARCHAR, "Resource attribute service.name."),
     _c("resource_attributes", Kind.JSON, "All resource attributes."),
@@ -193,21 +217,16 @@ SPANS = Table(
         _c("ingest_credential", Kind.VARCHAR, "Name of the credential that exported the row "
            "(a token's name, `anonymous`); NULL for rows the server wrote itself."),
     ),
-    # What every reader means by model, version, replica and failed (aiops.semconv).
     (
-        Derived(semconv.MODEL, Kind.VARCHAR, "Model requested (`gen_ai.request.model`).",
-                semconv.MODEL_SQL),
-        Derived(semconv.VERSION, Kind.VARCHAR, "Release that served the span: "
-                "`aiops.model.version`, else the resource's `service.version`.",
-                semconv.VERSION_SQL),
-        Derived(semconv.REPLICA, Kind.VARCHAR, "Ray Serve replica id (resource "
-                "`ray.serve.replica`).", semconv.REPLICA_SQL),
+        *_identity("spans", "span"),
         Derived(semconv.HTTP_STATUS, Kind.INTEGER, "HTTP status (`http.response.status_code`, "
                 "else the older `http.status_code`).", semconv.HTTP_STATUS_SQL),
         Derived(semconv.FAILED, Kind.BOOLEAN, "Status `error` or an HTTP 5xx.",
                 semconv.FAILED_SQL),
+        # Appended after the columns above: a migrated table adds them last (migration 10).
+        *_identity("spans", "span", (semconv.DEPLOYMENT, semconv.APP)),
     ),
-    semconv.ingest_select,
+    semconv.ingest_select("spans"),
 )
 
 LOGS = Table(
@@ -228,6 +247,8 @@ LOGS = Table(
         _c("ingest_credential", Kind.VARCHAR, "Name of the credential that exported the row "
            "(a token's name, `anonymous`); NULL for rows the server wrote itself."),
     ),
+    _identity("logs", "record", semconv.IDENTITY),
+    semconv.ingest_select("logs"),
 )
 
 METRIC_POINTS = Table(
@@ -257,6 +278,8 @@ METRIC_POINTS = Table(
         _c("ingest_credential", Kind.VARCHAR, "Name of the credential that exported the row "
            "(a token's name, `anonymous`); NULL for rows the server wrote itself."),
     ),
+    _identity("metric_points", "point", semconv.IDENTITY),
+    semconv.ingest_select("metric_points"),
 )
 
 INCIDENTS = Table(

@@ -17,6 +17,8 @@ from typing import Any
 
 import orjson
 
+from aiops import semconv
+
 __all__ = ["NAMES", "SCOPE", "normalize"]
 
 # Rows with this scope are the server's own translation: /metrics/otlp exposes them (the raw
@@ -45,16 +47,16 @@ def normalize(rows: list[dict[str, Any]], target: str, version: str | None
         if mapped is None:
             continue
         labels: dict[str, Any] = orjson.loads(row["attributes"] or "{}")
-        model = labels.pop("model_name", None)
+        model = labels.pop(semconv.VLLM_MODEL_LABEL, None)
         if not model:
             continue
         engine = labels.get("engine", "0")
-        attributes = {**labels, "gen_ai.request.model": model, "gen_ai.system": "vllm"}
+        attributes = {**labels, semconv.MODEL_ATTR: model, "gen_ai.system": "vllm"}
         resource = {"service.name": model, "service.instance.id": f"{target}/{engine}",
                     "aiops.attach.target": target}
         if version:
-            attributes["aiops.model.version"] = version
-            resource["service.version"] = version
+            attributes[semconv.MODEL_VERSION_ATTR] = version
+            resource[semconv.SERVICE_VERSION_ATTR] = version
         out.append({**row, "name": mapped[0], "unit": mapped[1], "service_name": model,
                     "scope_name": SCOPE, "resource_attributes": orjson.dumps(resource).decode(),
                     "attributes": orjson.dumps(attributes).decode()})

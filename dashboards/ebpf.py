@@ -8,6 +8,7 @@ that a quiet host shows zeros instead of no data.
 
 from __future__ import annotations
 
+from aiops import semconv
 from dashboards.infinity import Column, Infinity
 from dashboards.panels import Board, table_panel, timeseries_panel
 from dashboards.sql import RANGE, bucket, epoch_ms, in_range
@@ -15,7 +16,7 @@ from dashboards.sql import RANGE, bucket, epoch_ms, in_range
 __all__ = ["ebpf"]
 
 EBPF = "service_name = 'aiops-ebpf'"
-OWNER = ("coalesce(attributes->>'ray.serve.deployment', "
+OWNER = (f"coalesce({semconv.DEPLOYMENT}, "
          "'pid ' || (attributes->>'process.pid') || ' ' || (attributes->>'process.command'), "
          "'host')")
 SERIES = [Column("time", "timestamp_epoch"), Column("owner")]

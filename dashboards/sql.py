@@ -15,9 +15,9 @@ RANGE = """WITH r AS (
   SELECT epoch_ms(f) AS t0, epoch_ms(t) AS t1, greatest(10, (t - f) // 200000) AS step_s
   FROM (SELECT ?::BIGINT AS f, ?::BIGINT AS t))"""
 
-# Over any table's attributes (metric points too), as aiops.semconv defines them; on ingress
-# spans the version is the one a request was routed to.
-MODEL = semconv.MODEL_SQL
+# Every signal table's typed column, as aiops.semconv defines it; on ingress spans the version
+# is the one a request was routed to.
+MODEL = semconv.MODEL
 VERSION = semconv.ROUTED_VERSION_SQL
 # The user's view of a request: the ingress SERVER span (what the SLO detector reads too).
 INGRESS_SPANS = f"{semconv.INGRESS_SQL} AND kind = 'server'"

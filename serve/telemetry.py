@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from aiops import identity, semconv
 from aiops.semconv import PRIORITY_ATTR
 
 __all__ = ["Telemetry", "TelemetryConfig", "attrs", "extract_context", "inject_context"]
@@ -40,11 +41,11 @@ class attrs:  # noqa: N801 - a namespace of constants
     """Attribute names: OpenTelemetry semantic conventions where they exist."""
 
     SERVICE_NAME = "service.name"
-    SERVICE_VERSION = "service.version"
+    SERVICE_VERSION = semconv.SERVICE_VERSION_ATTR
     SERVICE_INSTANCE_ID = "service.instance.id"
     GEN_AI_OPERATION = "gen_ai.operation.name"
     GEN_AI_SYSTEM = "gen_ai.system"
-    GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+    GEN_AI_REQUEST_MODEL = semconv.MODEL_ATTR
     GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
     GEN_AI_MAX_TOKENS = "gen_ai.request.max_tokens"
     GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
@@ -54,12 +55,12 @@ class attrs:  # noqa: N801 - a namespace of constants
     HTTP_METHOD = "http.request.method"
     HTTP_ROUTE = "http.route"
     HTTP_STATUS = "http.response.status_code"
-    MODEL_VERSION = "aiops.model.version"
+    MODEL_VERSION = semconv.MODEL_VERSION_ATTR
     ARTIFACT_DIGEST = "aiops.model.artifact_digest"
     INFERENCE_ID = "inference_id"
-    SERVE_APP = "ray.serve.app"
-    SERVE_DEPLOYMENT = "ray.serve.deployment"
-    SERVE_REPLICA = "ray.serve.replica"
+    SERVE_APP = identity.APP
+    SERVE_DEPLOYMENT = identity.DEPLOYMENT
+    SERVE_REPLICA = identity.REPLICA
     PRIORITY = PRIORITY_ATTR
 
 

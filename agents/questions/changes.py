@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from agents.questions.model import Ask
 from agents.questions.spans import REPLICA, VERSION, where
+from aiops import semconv
 from aiops.semconv import NOT_INGRESS_SQL
 
 __all__ = ["changes"]
@@ -59,10 +60,9 @@ def changes(ask: Ask) -> None:
                 found.append((_t(r["last_at"]), f"{name} served its last request of the window "
                                                 "(stopped, replaced, or idle since)"))
     clause, params = where("time", ask.since, ask.until,
-                           ("(attributes->>'gen_ai.request.model')", i.model))
+                           (semconv.MODEL, i.model))
     sql = f"""
-        SELECT (attributes->>'gen_ai.request.model') AS model,
-               (attributes->>'aiops.model.version') AS version,
+        SELECT {semconv.MODEL} AS model, {semconv.VERSION} AS version,
                arg_min(value, time) AS first_weight, arg_max(value, time) AS last_weight,
                max(time) AS at
         FROM metric_points

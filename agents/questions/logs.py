@@ -8,6 +8,7 @@ from typing import Any
 
 from agents.questions.model import Ask
 from agents.questions.spans import where
+from aiops import semconv
 from aiops.analytics.logs import mine
 
 __all__ = ["logs"]
@@ -26,7 +27,7 @@ def _records(ask: Ask, since: datetime, until: datetime, min_severity: int
     clause, params = where("time", since, until)
     model = ""
     if i.model is not None:
-        model = "AND (service_name = ? OR (attributes->>'gen_ai.request.model') = ?)"
+        model = f"AND (service_name = ? OR {semconv.MODEL} = ?)"
         params += [i.model, i.model]
     sql = f"""
         SELECT service_name AS service, body, trace_id

@@ -8,14 +8,14 @@ from typing import Any
 
 from agents.questions.model import Ask
 from agents.questions.spans import REPLICA, where
+from aiops import semconv
 from aiops.identity import INGRESS_SERVICE
 from aiops.semconv import NOT_INGRESS_SQL
 
 __all__ = ["MEMORY_QUESTION", "SHOWN", "saturation"]
 
-METRIC_MODEL = ("coalesce(attributes->>'gen_ai.request.model', (attributes->>'model_name'), "
-                f"CASE WHEN service_name NOT IN ('{INGRESS_SERVICE}', 'aiops-ebpf', 'ray') "
-                "THEN service_name END)")
+METRIC_MODEL = (f"coalesce({semconv.MODEL}, CASE WHEN service_name NOT IN "
+                f"('{INGRESS_SERVICE}', 'aiops-ebpf', 'ray') THEN service_name END)")
 # name, what it is, how to show a value; gauges: the latest and the highest in the window.
 GAUGES = [
     ("aiops.serve.queue_depth", "queue depth (requests waiting at the ingress)", "{:g}"),
@@ -51,12 +51,12 @@ def saturation(ask: Ask) -> None:
     # series of one model and version (replicas report one series each).
     sql = f"""
         WITH series AS (
-            SELECT name, {METRIC_MODEL} AS model, (attributes->>'aiops.model.version') AS version,
+            SELECT name, {METRIC_MODEL} AS model, {semconv.VERSION} AS version,
                    arg_max(value, time) AS latest, max(value) AS highest
             FROM metric_points
             {clause}
               AND name IN ({", ".join(f"'{n}'" for n in names)}) AND value IS NOT NULL
-            GROUP BY name, model, version, attributes)
+            GROUP BY name, 2, 3, attributes)  -- by position: `model` is also a column
         SELECT name, model, version, sum(latest) AS latest, max(highest) AS highest,
                count(*) AS series
         FROM series WHERE model IS NOT NULL
@@ -100,12 +100,12 @@ def _hit_rate(ask: Ask) -> None:
     hits = ", ".join(f"'{n}'" for n in HITS)
     sql = f"""
         WITH series AS (
-            SELECT {METRIC_MODEL} AS model, (attributes->>'aiops.model.version') AS version,
+            SELECT {METRIC_MODEL} AS model, {semconv.VERSION} AS version,
                    name IN ({hits}) AS is_hits, max(value) - min(value) AS delta
             FROM metric_points
             {clause}
               AND name IN ({names}) AND value IS NOT NULL
-            GROUP BY model, version, name, attributes)
+            GROUP BY 1, 2, name, attributes)  -- by position: `model` is also a column
         SELECT model, version, sum(delta) FILTER (WHERE is_hits) AS hits,
                sum(delta) FILTER (WHERE NOT is_hits) AS queries
         FROM series WHERE model IS NOT NULL
@@ -146,7 +146,7 @@ def _memory(ask: Ask) -> list[dict[str, Any]]:
     clause, params = where("time", ask.since, ask.until)
     model = ""
     if i.model is not None:
-        model = "AND (attributes->>'Component') LIKE '%:' || ? || '-%'"
+        model = f"AND {semconv.DEPLOYMENT} LIKE ? || '-%'"
         params.append(i.model)
     # Ray's own RSS series; the component names the replica's deployment (model-version).
     # Older Rays label each worker process (pid); Ray 2.60 sums a node's processes of one
@@ -156,8 +156,7 @@ def _memory(ask: Ask) -> list[dict[str, Any]]:
     # replica, and a 0 is a process that ended, not a reading.
     sql = f"""
         WITH pts AS (
-            SELECT regexp_extract(attributes->>'Component', 'ServeReplica:[^:]+:(.+)$', 1)
-                       AS deployment,
+            SELECT {semconv.DEPLOYMENT} AS deployment,
                    nullif(attributes->>'pid', '') AS pid,
                    coalesce(attributes->>'ip', attributes->>'NodeAddress',
                             resource_attributes->>'service.instance.id', '') AS node,
@@ -165,7 +164,7 @@ def _memory(ask: Ask) -> list[dict[str, Any]]:
             FROM metric_points
             {clause}
               AND name = 'ray_component_rss_mb'
-              AND (attributes->>'Component') LIKE 'ray::ServeReplica:%'
+              AND {semconv.DEPLOYMENT} IS NOT NULL
               {model}),
         per AS (
             SELECT *, bool_or(pid IS NOT NULL) OVER (PARTITION BY deployment) AS has_pid
@@ -214,18 +213,17 @@ def _capacity(ask: Ask, deployment: str) -> int | None:
 def _run_queue(ask: Ask) -> None:
     i = ask.intent
     clause, params = where("time", ask.since, ask.until,
-                           ("(attributes->>'gen_ai.request.model')", i.model))
+                           (semconv.MODEL, i.model))
     # eBPF run-queue delay (delta histograms, seconds): how long the replica's runnable threads
     # waited for a CPU - its CPU saturation.
     sql = f"""
-        SELECT (attributes->>'gen_ai.request.model') AS model,
-               (attributes->>'aiops.model.version') AS version,
-               (attributes->>'ray.serve.replica') AS replica,
+        SELECT {semconv.MODEL} AS model, {semconv.VERSION} AS version,
+               {semconv.REPLICA} AS replica,
                round(sum(sum) / nullif(sum(count), 0) * 1e3, 3) AS mean_ms,
                sum(count) AS waits
         FROM metric_points
         {clause}
-          AND name = 'aiops.ebpf.runq.latency' AND (attributes->>'gen_ai.request.model') IS NOT NULL
+          AND name = 'aiops.ebpf.runq.latency' AND {semconv.MODEL} IS NOT NULL
         GROUP BY ALL ORDER BY ALL"""
     rows = ask.rows(sql, params)
     if not rows:

@@ -44,7 +44,7 @@ def slo(ask: Ask) -> None:
 
 def _counts(ask: Ask, o: Objective, since: datetime) -> tuple[int, int, int]:
     clause, params = where("start_time", since, ask.until,
-                           ("(attributes->>'gen_ai.request.model')", o.model))
+                           (semconv.MODEL, o.model))
     sql = _SQL.format(threshold_ns=int((o.latency_ms or 1e12) * 1e6), clause=clause)
     rows = ask.rows(sql, params)
     r = rows[0] if rows else {"total": 0, "slow": 0, "failed": 0}

@@ -28,12 +28,12 @@ WHERE trace_id IN (SELECT unnest(?::VARCHAR[])) AND time > make_timestamp_ns(?)
 ORDER BY time LIMIT 50
 """
 
-_DURATION = """
-SELECT (attributes->>'aiops.model.version') = ? AS mine, epoch_ns(time) > ? AS current,
+_DURATION = f"""
+SELECT {semconv.VERSION} = ? AS mine, epoch_ns(time) > ? AS current,
        sum(sum) / nullif(sum(count), 0) AS mean_s, sum(count) AS n
 FROM metric_points
 WHERE name = 'gen_ai.server.request.duration' AND time > make_timestamp_ns(?)
-  AND (attributes->>'gen_ai.request.model') = ?
+  AND {semconv.MODEL} = ?
 GROUP BY ALL
 """
 

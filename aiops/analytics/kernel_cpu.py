@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from aiops import semconv
 from aiops.analytics.detectors import Round
 from aiops.analytics.findings import NOT_WARMUP, Entity, EvidenceKind, FaultClass, Finding
 
@@ -17,9 +18,8 @@ __all__ = ["CpuUseDetector", "CpuUseThresholds", "RunQueueDetector", "RunQueueTh
 
 NS = 1_000_000_000
 
-REPLICA_COLUMNS = ("(attributes->>'gen_ai.request.model') AS model, "
-                   "(attributes->>'aiops.model.version') AS version, "
-                   "(attributes->>'ray.serve.replica') AS replica")
+REPLICA_COLUMNS = (f"{semconv.MODEL} AS model, {semconv.VERSION} AS version, "
+                   f"{semconv.REPLICA} AS replica")
 
 # Seconds per second of a replica, now and before: run-queue waits (a histogram's sum) or the
 # CPU time it used (a delta counter's value).
@@ -30,21 +30,21 @@ SELECT {REPLICA_COLUMNS},
        min(epoch_ns(time)) AS first_ns
 FROM metric_points
 WHERE name = ? AND time > make_timestamp_ns(?) AND time <= make_timestamp_ns(?)
-  AND (attributes->>'gen_ai.request.model') IS NOT NULL
+  AND {semconv.MODEL} IS NOT NULL
 GROUP BY ALL
 """
 
 # Requests each replica served (one span per request carries its replica), now and before,
 # and their median duration.
 _REQUESTS = f"""
-SELECT (resource_attributes->>'ray.serve.replica') AS replica,
+SELECT {semconv.REPLICA} AS replica,
        count(*) FILTER (WHERE epoch_ns(end_time) > ?) AS now_n,
        count(*) FILTER (WHERE epoch_ns(end_time) <= ?) AS before_n,
        median(duration_ns) FILTER (WHERE epoch_ns(end_time) > ?) AS now_med,
        median(duration_ns) FILTER (WHERE epoch_ns(end_time) <= ?) AS before_med
 FROM spans
 WHERE end_time > make_timestamp_ns(?) AND end_time <= make_timestamp_ns(?)
-  AND (resource_attributes->>'ray.serve.replica') IS NOT NULL AND {NOT_WARMUP}
+  AND {semconv.REPLICA} IS NOT NULL AND {NOT_WARMUP}
 GROUP BY ALL
 """
 

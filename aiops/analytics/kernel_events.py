@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from aiops import semconv
 from aiops.analytics.detectors import Round
 from aiops.analytics.findings import Entity, EvidenceKind, FaultClass, Finding
 from aiops.analytics.kernel_cpu import NS, REPLICA_COLUMNS
@@ -24,16 +25,16 @@ FROM metric_points
 WHERE name IN ('aiops.ebpf.process.exits', 'aiops.ebpf.oom.kills',
                'aiops.ebpf.tcp.retransmits')
   AND time > make_timestamp_ns(?) AND time <= make_timestamp_ns(?)
-  AND (attributes->>'gen_ai.request.model') IS NOT NULL
+  AND {semconv.MODEL} IS NOT NULL
   -- A replica stopped on purpose (a rollback, a scale-in) exits cleanly or on SIGTERM:
   -- not a crash. (Exits recorded before the status existed have none, and count.)
   AND coalesce(attributes->>'process.exit.status', 'unknown') NOT IN ('clean', 'signal:15')
   -- Nor a replica that announced its retirement first: Serve force-exits a replica it stopped
   -- (ray.kill: exit status 1) once it drained, after a rollback as after a scale-in.
-  AND NOT (coalesce(attributes->>'ray.serve.replica', '') IN (
-      SELECT (resource_attributes->>'ray.serve.replica') FROM logs
+  AND NOT (coalesce({semconv.REPLICA}, '') IN (
+      SELECT {semconv.REPLICA} FROM logs
       WHERE event_name = '{RETIRED_EVENT}' AND time > make_timestamp_ns(?)
-        AND (resource_attributes->>'ray.serve.replica') IS NOT NULL))
+        AND {semconv.REPLICA} IS NOT NULL))
   AND coalesce(TRY_CAST(attributes->>'network.peer.port' AS INTEGER), -1) <> ALL(?::INTEGER[])
 GROUP BY ALL
 """
@@ -44,7 +45,7 @@ WITH r AS (
   FROM metric_points
   WHERE name = 'aiops.process.memory.rss'
     AND time > make_timestamp_ns(?) AND time <= make_timestamp_ns(?)
-    AND (attributes->>'gen_ai.request.model') IS NOT NULL)
+    AND {semconv.MODEL} IS NOT NULL)
 SELECT model, version, replica, pid, min(t) AS first_ns,
        list(value ORDER BY t) FILTER (WHERE t > ?) AS recent,
        max(value) FILTER (WHERE t <= ? AND t > born_ns + ?) AS before_max

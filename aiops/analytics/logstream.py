@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aiops import semconv
 from aiops.analytics.findings import Entity, EvidenceKind, FaultClass, Finding
 from aiops.analytics.logs import LogTemplates, TemplateAnomaly, TemplateRateDetector
 from aiops.identity import INGRESS_SERVICE
@@ -19,8 +20,8 @@ from aiops.store import Store
 __all__ = ["LogDetector"]
 
 WARN = 13  # OTLP severity number of WARN
-_SQL = """
-SELECT epoch_ns(time) AS t, service_name, (resource_attributes->>'service.version') AS version,
+_SQL = f"""
+SELECT epoch_ns(time) AS t, service_name, {semconv.VERSION} AS version,
        coalesce(severity_number, 0) AS severity, coalesce(body, '') AS body, trace_id
 FROM logs
 WHERE time > make_timestamp_ns(?) AND time <= make_timestamp_ns(?) AND service_name IS NOT NULL

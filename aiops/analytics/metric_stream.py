@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from aiops import semconv
 from aiops.analytics.anomaly import MultiSeriesDetector
 from aiops.analytics.metric_live import LIVE_DEFAULT, live_multi_detector
 from aiops.store import Store
@@ -31,15 +32,13 @@ NS = 1_000_000_000
 SIGNALS = {"aiops.serve.queue_depth": "value", "aiops.model.kv_cache.usage": "value",
            "gen_ai.client.token.usage": "sum", "aiops.process.memory.rss": "value"}
 
-_POINTS = """
-SELECT name, (attributes->>'gen_ai.request.model') AS model,
-       (attributes->>'aiops.model.version') AS version,
-       coalesce(attributes->>'ray.serve.replica', (attributes->>'gen_ai.token.type'), '')
-           AS part,
+_POINTS = f"""
+SELECT name, {semconv.MODEL} AS model, {semconv.VERSION} AS version,
+       coalesce({semconv.REPLICA}, (attributes->>'gen_ai.token.type'), '') AS part,
        epoch_ns(time) AS t, CASE WHEN value IS NOT NULL THEN value ELSE sum END AS v
 FROM metric_points
 WHERE name IN (SELECT unnest(?::VARCHAR[])) AND time > make_timestamp_ns(?)
-  AND time <= make_timestamp_ns(?) AND (attributes->>'gen_ai.request.model') IS NOT NULL
+  AND time <= make_timestamp_ns(?) AND {semconv.MODEL} IS NOT NULL
 ORDER BY time
 LIMIT ?
 """

@@ -142,9 +142,8 @@ _IN_FLIGHT = f"""
 WITH p AS (
   SELECT service_name AS service,
          (attributes->>'{semconv.OPERATION_ATTR}') || ' '
-             || (attributes->>'{semconv.MODEL_ATTR}') AS name,
-         (attributes->>'{semconv.MODEL_VERSION_ATTR}') AS version,
-         (attributes->>'{semconv.MODEL_ATTR}') AS model,
+             || {semconv.MODEL} AS name,
+         {semconv.VERSION} AS version, {semconv.MODEL} AS model,
          (attributes->>'{semconv.IN_FLIGHT_RANK_ATTR}') AS rank, value, time
   FROM metric_points
   WHERE name = '{semconv.IN_FLIGHT_AGE_METRIC}' AND service_name IS NOT NULL

@@ -47,6 +47,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from aiops.identity import APP, DEPLOYMENT, PROXY_SERVICE, REPLICA, SCALING_FIELDS, identities
+from aiops.semconv import SERVICE_VERSION_ATTR
 
 __all__ = ["PROXY_SERVICE", "ReleaseStamp", "ServeSpanExporter", "span_processors"]
 
@@ -258,15 +259,15 @@ class _Whoami:
                         "controller: %s", app, exc)
             self._settled = False
             return {**attrs, **{k: v for k, v in (before or {}).items()
-                                if k in ("service.name", "service.version")}}
+                                if k in ("service.name", SERVICE_VERSION_ATTR)}}
         running = app_details.get("status") == "RUNNING"
         if ident is not None:
             attrs["service.name"] = ident.service
             # A replica started for this release keeps it while the app still deploys (its
             # successors serve the next one); one reconfigured in place runs the new one.
             keep = keep_version and before is not None and not running \
-                and before.get("service.version")
-            attrs["service.version"] = keep or ident.version
+                and before.get(SERVICE_VERSION_ATTR)
+            attrs[SERVICE_VERSION_ATTR] = keep or ident.version
         self._settled = running and ident is not None
         return attrs
 

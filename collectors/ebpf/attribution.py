@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The data dir's hand-off files (their names are the foundation's: serve writes them too).
+from aiops import identity, semconv
 from aiops.datadir import ATTACHED_REPLICAS_FILE, NODES_FILE, REPLICAS_FILE
 
 __all__ = ["ATTACHED_REPLICAS_FILE", "HEAD_NODE", "NODES_FILE", "REPLICAS_FILE", "ProcessInfo",
@@ -68,10 +69,10 @@ class ProcessInfo:
     def attributes(self) -> dict[str, str | int]:
         """OTel attribute names, the same the replicas put on their own telemetry."""
         out: dict[str, str | int] = {"process.pid": self.pid, "process.command": self.comm}
-        for key, value in (("ray.serve.app", self.app), ("ray.serve.deployment", self.deployment),
-                           ("ray.serve.replica", self.replica),
-                           ("gen_ai.request.model", self.model),
-                           ("aiops.model.version", self.version)):
+        for key, value in ((identity.APP, self.app), (identity.DEPLOYMENT, self.deployment),
+                           (identity.REPLICA, self.replica),
+                           (semconv.MODEL_ATTR, self.model),
+                           (semconv.MODEL_VERSION_ATTR, self.version)):
             if value:
                 out[key] = value
         return out

@@ -340,8 +340,8 @@ cdef struct Reader:
 
 SPAN_KEYS = ("gen_ai.request.model", "aiops.model.version", "http.response.status_code",
              "http.status_code")  # derive.SPAN_KEYS; a test holds them equal
-RESOURCE_KEYS = ("service.version", "ray.serve.replica")
-_NO_RESOURCE_VALUES = (None, None)
+RESOURCE_KEYS = ("service.version", "ray.serve.replica", "ray.serve.deployment", "ray.serve.app")
+_NO_RESOURCE_VALUES = (None, None, None, None)
 
 cdef enum:
     V_NONE = 0   # absent, or null
@@ -426,11 +426,11 @@ cdef inline int _status(Picked* v, const unsigned char* p, int64_t* out):
 
 cdef int _derive_span(Picked* k, const unsigned char* p, uint64_t code, object res,
                       _Col c_model, _Col c_version, _Col c_replica, _Col c_http,
-                      _Col c_failed) except -1:
+                      _Col c_failed, _Col c_deployment, _Col c_app) except -1:
     """Append one span's derived columns; 0 where any is not certain (derive.py's _row)."""
     cdef int i, found
     cdef int64_t status = 0
-    cdef bytes version, replica
+    cdef bytes version, replica, deployment, app
     for i in range(4):
         if k[i].seen > 1:
             return 0
@@ -448,7 +448,7 @@ cdef int _derive_span(Picked* k, const unsigned char* p, uint64_t code, object r
         c_model.text(<const char*>(p + k[0].pos), k[0].end - k[0].pos)
     else:
         c_model.null()
-    version, replica = res
+    version, replica, deployment, app = res
     if k[1].kind == V_STR:
         c_version.text(<const char*>(p + k[1].pos), k[1].end - k[1].pos)
     elif version is not None:
@@ -464,6 +464,14 @@ cdef int _derive_span(Picked* k, const unsigned char* p, uint64_t code, object r
     else:
         c_http.null()
     c_failed.i64(1 if code == 2 or (found and status >= 500) else 0)
+    if deployment is not None:
+        c_deployment.text(deployment, len(deployment))
+    else:
+        c_deployment.null()
+    if app is not None:
+        c_app.text(app, len(app))
+    else:
+        c_app.null()
     return 1
 
 
@@ -696,7 +704,7 @@ cdef int _kv_object(Reader r, _Json out, int field_no, int depth) except -1:
 
 cdef tuple _resource(Reader r, int field_no):
     """(service.name, attributes JSON or None, what the derived columns read of it) of a
-    Resource message: the last is (service.version, ray.serve.replica) as UTF-8 bytes or
+    Resource message: the last is RESOURCE_KEYS' values as UTF-8 bytes or
     None, or None where one of them is neither a string nor null (derive.py's rule)."""
     cdef _Json out = _Json()
     cdef str json_text
@@ -764,11 +772,12 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
     cdef Picked* picking
     cdef bint derive = derived_schema is not None
     cdef int i
-    cdef dict dcols = _columns(("model", "model_version", "replica"),
+    cdef dict dcols = _columns(("model", "model_version", "replica", "deployment", "app"),
                                ("http_status", "failed"))
     cdef _Col c_model = dcols["model"], c_version = dcols["model_version"]
     cdef _Col c_replica = dcols["replica"], c_http = dcols["http_status"]
-    cdef _Col c_failed = dcols["failed"]
+    cdef _Col c_failed = dcols["failed"], c_deployment = dcols["deployment"]
+    cdef _Col c_app = dcols["app"]
     cdef uint64_t key, start, end, kind, code, dropped, latest_event
     cdef int32_t kind32
     cdef int field, wire, n_valid
@@ -966,7 +975,8 @@ def decode_spans(const unsigned char[:] body, object schema, object derived_sche
                     c_dropped.i64(<int64_t>dropped)
                     if derive:
                         derive = _derive_span(picked, top.p, code, res_derived, c_model,
-                                              c_version, c_replica, c_http, c_failed)
+                                              c_version, c_replica, c_http, c_failed,
+                                              c_deployment, c_app)
                 elif field == 3 and wire == 2:
                     _schema_url(&ss)
                 else:

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from aiops import semconv
+from aiops.identity import APP, DEPLOYMENT
 from aiops.schema import SPANS
 
 __all__ = ["DERIVED_SCHEMA", "NAMES", "RESOURCE_KEYS", "SPAN_KEYS", "SpanDerivation",
@@ -25,11 +26,12 @@ __all__ = ["DERIVED_SCHEMA", "NAMES", "RESOURCE_KEYS", "SPAN_KEYS", "SpanDerivat
 # Span attribute keys the columns read (in _wire.pyx's order), and resource keys.
 SPAN_KEYS = (semconv.MODEL_ATTR, semconv.MODEL_VERSION_ATTR, semconv.HTTP_STATUS_ATTR,
              semconv.OLD_HTTP_STATUS_ATTR)
-RESOURCE_KEYS = (semconv.SERVICE_VERSION_ATTR, semconv.REPLICA_ATTR)
+RESOURCE_KEYS = (semconv.SERVICE_VERSION_ATTR, semconv.REPLICA_ATTR, DEPLOYMENT, APP)
 _INDEX = {k: i for i, k in enumerate(SPAN_KEYS)}
 NAMES = tuple(d.name for d in SPANS.derived)
 if NAMES != (semconv.MODEL, semconv.VERSION, semconv.REPLICA, semconv.HTTP_STATUS,
-             semconv.FAILED):  # _row and _wire.pyx fill them in this order
+             semconv.FAILED, semconv.DEPLOYMENT, semconv.APP) or semconv.keys("spans") != (
+        SPAN_KEYS, RESOURCE_KEYS):  # _row and _wire.pyx read and fill them in this order
     raise ImportError(f"spans' derived columns changed ({NAMES}): update the decoders")
 # A decoded spans batch with the derived columns: the wire columns, then those, marked.
 DERIVED_SCHEMA = pa.schema(
@@ -119,6 +121,8 @@ def _row(resource: dict[str, Any], kvs: Iterable[Any], code: int) -> tuple[Any, 
     model, version, new, old = picked
     service_version = _resource_text(resource.get(semconv.SERVICE_VERSION_ATTR))
     replica = _resource_text(resource.get(semconv.REPLICA_ATTR))
+    deployment = _resource_text(resource.get(DEPLOYMENT))
+    app = _resource_text(resource.get(APP))
     model = _text(model)
     version = _text(version)
     if version is None:
@@ -127,7 +131,7 @@ def _row(resource: dict[str, Any], kvs: Iterable[Any], code: int) -> tuple[Any, 
     if status is None:  # coalesce: the older key only where the new one gave NULL
         status = _status(old)
     failed = semconv.failed(_STATUS_NAMES[code] if 0 <= code < 3 else None, status)
-    return model, version, replica, status, failed  # in NAMES' order
+    return model, version, replica, status, failed, deployment, app  # in NAMES' order
 
 
 def with_derived(arrays: dict[str, Any]) -> pa.Table:

@@ -14,7 +14,7 @@ from aiops.analytics.findings import FaultClass
 from aiops.analytics.traces import TraceThresholds, trace_findings
 from aiops.remediation.rollout import compare
 from aiops.store import Store
-from tests.aiops.analytics.telemetry import NS, T0, add_spans
+from tests.aiops.analytics.telemetry import NS, T0, add_logs, add_points, add_spans, log
 
 T = TraceThresholds(window_s=20, baseline_s=600)
 
@@ -118,3 +118,43 @@ def test_the_ingest_path_derives_what_the_raw_sql_derives(store: Store) -> None:
                       f"{semconv.REPLICA_SQL}, {semconv.HTTP_STATUS_SQL}, {semconv.FAILED_SQL} "
                       "FROM spans ORDER BY start_time").rows
     assert stored == raw
+
+
+def test_every_signal_table_carries_the_identity_columns_read_by_one_conventions_table(
+        store: Store) -> None:
+    """Spans, log records and metric points name model, release, replica, deployment and app
+    in typed columns, derived at ingest where ``semconv.CONVENTIONS`` says; what the store
+    derives equals what the raw-JSON SQL derives (archives, migrations)."""
+    serve = {"service.version": "v3", "ray.serve.replica": "r1",
+             "ray.serve.deployment": "Scorer", "ray.serve.app": "shop"}
+    add_spans(store, [_span(T0, "shop.Scorer", {}, serve)])
+    add_logs(store, [{**log(T0, "scored"), "service_name": "shop.Scorer",
+                      "resource_attributes": json.dumps(serve),
+                      "attributes": json.dumps({"aiops.model.version": "v4"})}])
+    add_points(store, [
+        # aiops' own replica: the model's series labelled by the serving code.
+        {"time": T0, "name": "aiops.model.latency", "service_name": "chat",
+         "attributes": {"gen_ai.request.model": "chat", "aiops.model.version": "v2",
+                        "ray.serve.replica": "r7"},
+         "resource_attributes": json.dumps({"service.version": "v2"})},
+        # vLLM's own series, as scraped or remote written: the model in ``model_name``.
+        {"time": T0 + 1, "name": "vllm:num_requests_waiting", "service_name": "vllm",
+         "attributes": {"model_name": "qwen"}},
+        # Ray 2.60's process series: the replica's app and deployment in ``Component`` only.
+        {"time": T0 + 2, "name": "ray_component_rss_mb", "service_name": "ray",
+         "attributes": {"Component": "ray::ServeReplica:shop:Scorer", "ip": "10.0.0.5"}},
+        {"time": T0 + 3, "name": "ray_component_rss_mb", "service_name": "ray",
+         "attributes": {"Component": "ray::IDLE"}},
+    ])
+    columns = ", ".join(semconv.IDENTITY)
+    assert store.query(f"SELECT {columns} FROM spans").rows == [
+        (None, "v3", "r1", "Scorer", "shop")]
+    assert store.query(f"SELECT {columns} FROM logs").rows == [
+        (None, "v4", "r1", "Scorer", "shop")]
+    assert store.query(f"SELECT {columns} FROM metric_points ORDER BY time").rows == [
+        ("chat", "v2", "r7", None, None), ("qwen", None, None, None, None),
+        (None, None, None, "Scorer", "shop"), (None, None, None, None, None)]
+    for signal in ("spans", "logs", "metric_points"):
+        raw = ", ".join(semconv.RAW[signal][c] for c in semconv.IDENTITY)
+        assert store.query(f"SELECT {columns} FROM {signal} ORDER BY ALL").rows == \
+            store.query(f"SELECT {raw} FROM {signal} ORDER BY ALL").rows, signal

@@ -62,7 +62,8 @@ def test_unknown_or_mistyped_columns_are_rejected(store: Store) -> None:
 
 DERIVED = {"model": pa.array(["given"]), "model_version": pa.array(["v9"]),
            "replica": pa.array(["r9"]), "http_status": pa.array([201], pa.int32()),
-           "failed": pa.array([False])}
+           "failed": pa.array([False]), "deployment": pa.array(["d9"]),
+           "app": pa.array(["a9"])}
 
 
 def _with_derived(trace_id: str, marked: bool, leave_out: str = "") -> pa.Table:
@@ -76,8 +77,8 @@ def _with_derived(trace_id: str, marked: bool, leave_out: str = "") -> pa.Table:
 
 def test_derived_columns_the_decoder_marked_are_stored_as_given(store: Store) -> None:
     store.append("spans", _with_derived("aa" * 16, marked=True))
-    assert store.query("SELECT model, model_version, replica, http_status, failed FROM "
-                       "spans").rows == [("given", "v9", "r9", 201, False)]
+    assert store.query("SELECT model, model_version, replica, http_status, failed, deployment, "
+                       "app FROM spans").rows == [("given", "v9", "r9", 201, False, "d9", "a9")]
 
 
 @pytest.mark.parametrize(("marked", "leave_out"), [(False, ""), (True, "replica")],
@@ -186,6 +187,44 @@ def test_a_database_from_an_older_release_migrates_forward(tmp_path: Path) -> No
     assert store.schema_version == MIGRATIONS[-1].version
     assert store.query("SELECT (attributes->>'k'), typeof(attributes) FROM spans_all").rows == [
         ("1", "VARCHAR")]
+    store.close()
+
+
+def test_rows_stored_before_the_identity_columns_get_them_from_their_own_attributes(
+        tmp_path: Path) -> None:
+    """Migration 10: a store of migration 9 (typed span columns, none on logs or metric
+    points) gains deployment and app on spans and the five identity columns on logs and
+    metric points, filled for the rows it already holds."""
+    import duckdb
+
+    from aiops.migrations import MIGRATIONS, current_version
+
+    path = tmp_path / "old.duckdb"
+    conn = duckdb.connect(str(path))
+    current_version(conn)
+    for m in MIGRATIONS[:9]:
+        m.apply(conn)
+    for name in ("spans", "logs", "metric_points"):  # as migration 9's release made them
+        for c in ("deployment", "app") if name == "spans" else ("model", "model_version",
+                                                                 "replica", "deployment", "app"):
+            conn.execute(f"ALTER TABLE {name} DROP COLUMN IF EXISTS {c}")
+    resource = '{"ray.serve.deployment": "Scorer", "ray.serve.app": "shop"}'
+    conn.execute("INSERT INTO spans (trace_id, span_id, name, start_time, resource_attributes) "
+                 f"VALUES ('t', 's', 'n', now()::TIMESTAMP_NS, '{resource}')")
+    conn.execute("INSERT INTO logs (time, body, resource_attributes, attributes) VALUES "
+                 f"(now()::TIMESTAMP_NS, 'b', '{resource}', '{{\"aiops.model.version\": \"v2\"}}')")
+    conn.execute("INSERT INTO metric_points (time, name, attributes) VALUES (now()::TIMESTAMP_NS, "
+                 "'ray_component_rss_mb', '{\"Component\": \"ray::ServeReplica:shop:Scorer\"}')")
+    conn.executemany("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                     [[m.version, m.name] for m in MIGRATIONS[:9]])
+    conn.close()
+    store = Store(path)
+    assert store.schema_version == MIGRATIONS[-1].version
+    assert store.query("SELECT deployment, app FROM spans_all").rows == [("Scorer", "shop")]
+    assert store.query("SELECT model_version, deployment, app FROM logs_all").rows == [
+        ("v2", "Scorer", "shop")]
+    assert store.query("SELECT deployment, app FROM metric_points_all").rows == [
+        ("Scorer", "shop")]
     store.close()
 
 

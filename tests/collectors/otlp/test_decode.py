@@ -39,7 +39,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from aiops import semconv
+from aiops import identity, semconv
 from aiops.errors import DecodeError
 from aiops.schema import SPANS
 from aiops.store import Store
@@ -304,12 +304,13 @@ def test_the_usual_span_gets_its_columns_from_the_decoder(compiled: bool) -> Non
         "spans"])  # "x" is for the SQL to read
     body = _one_span({semconv.MODEL_ATTR: _s("chat"), semconv.HTTP_STATUS_ATTR: _i(2**40),
                       semconv.OLD_HTTP_STATUS_ATTR: _s("503")},
-                     {semconv.SERVICE_VERSION_ATTR: _s("v2"), semconv.REPLICA_ATTR: _s("r1")})
+                     {semconv.SERVICE_VERSION_ATTR: _s("v2"), semconv.REPLICA_ATTR: _s("r1"),
+                      identity.DEPLOYMENT: _s("Scorer"), identity.APP: _s("shop")})
     spans = decode("traces", body, "protobuf", compiled=compiled)["spans"]
     assert decoder_derived(SPANS, spans)
     assert spans.select(DERIVED).to_pylist() == [
         {"model": "chat", "model_version": "v2", "replica": "r1", "http_status": 503,
-         "failed": True}]
+         "failed": True, "deployment": "Scorer", "app": "shop"}]
 
 
 @pytest.mark.parametrize("compiled", DECODERS)
@@ -349,7 +350,7 @@ def test_a_flush_mixing_decoded_and_sql_derived_requests_stores_each_rows_values
         assert asyncio.run(both()) == [1, 1]
         assert writer.commits == 1
         assert store.query(f"SELECT {', '.join(DERIVED)} FROM spans ORDER BY model").rows == [
-            ("a", None, None, 503, True), ("b", None, "r", 404, True)]
+            ("a", None, None, 503, True, None, None), ("b", None, "r", 404, True, None, None)]
     finally:
         writer.close()
         store.close()
