@@ -475,6 +475,41 @@ cdef int _derive_span(Picked* k, const unsigned char* p, uint64_t code, object r
     return 1
 
 
+cdef int _derive_log(Picked* k, const unsigned char* p, object res, _Col c_model,
+                     _Col c_version, _Col c_replica, _Col c_deployment, _Col c_app) except -1:
+    """Append one log record's derived columns; 0 where any is not certain (derive.py's
+    LogDerivation: the status keys are not read)."""
+    cdef bytes version, replica, deployment, app
+    if k[0].seen > 1 or k[1].seen > 1 or res is None:
+        return 0
+    if (k[0].kind != V_NONE and k[0].kind != V_STR) or \
+            (k[1].kind != V_NONE and k[1].kind != V_STR):
+        return 0
+    if k[0].kind == V_STR:
+        c_model.text(<const char*>(p + k[0].pos), k[0].end - k[0].pos)
+    else:
+        c_model.null()
+    version, replica, deployment, app = res
+    if k[1].kind == V_STR:
+        c_version.text(<const char*>(p + k[1].pos), k[1].end - k[1].pos)
+    elif version is not None:
+        c_version.text(version, len(version))
+    else:
+        c_version.null()
+    _text_or_null(c_replica, replica)
+    _text_or_null(c_deployment, deployment)
+    _text_or_null(c_app, app)
+    return 1
+
+
+cdef inline int _text_or_null(_Col c, bytes v) except -1:
+    if v is not None:
+        c.text(v, len(v))
+    else:
+        c.null()
+    return 0
+
+
 cdef inline uint64_t _varint(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
     cdef uint64_t result = 0
     cdef int shift = 0
@@ -1112,11 +1147,21 @@ cdef int _link(Reader r, _Json out) except -1:
     return 0
 
 
-def decode_logs(const unsigned char[:] body, object schema):
+def decode_logs(const unsigned char[:] body, object schema, object derived_schema=None):
     """Arrow arrays of the logs table (by ``schema``) from an ExportLogsServiceRequest.
     Returns (arrays by column name, rejected count, first rejection reason, count of
-    length-delimited fields skipped unread)."""
+    length-delimited fields skipped unread). With ``derived_schema``
+    (derive.LOG_DERIVED_SCHEMA), the arrays hold its derived columns too where every
+    record's are certain."""
     cdef Reader top, rl, sl, lr, s
+    cdef Picked picked[4]
+    cdef Picked* picking
+    cdef bint derive = derived_schema is not None
+    cdef int i
+    cdef dict dcols = _columns(("model", "model_version", "replica", "deployment", "app"), ())
+    cdef _Col d_model = dcols["model"], d_version = dcols["model_version"]
+    cdef _Col d_replica = dcols["replica"], d_deployment = dcols["deployment"]
+    cdef _Col d_app = dcols["app"]
     cdef uint64_t key, t, observed, severity, flags
     cdef int field, wire, n_valid, rejected = 0
     cdef Py_ssize_t skipped = 0
@@ -1143,14 +1188,14 @@ def decode_logs(const unsigned char[:] body, object schema):
             _skip(&top, key)
             continue
         rl = _sub(&top)
-        service, res_json = None, None
+        service, res_json, res_derived = None, None, _NO_RESOURCE_VALUES
         scopes = []
         while rl.pos < rl.end:
             key = _key(&rl)
             if (key >> 3) == 1 and (key & 7) == 2:
                 if res_json is not None:
                     raise NonCanonical("a resource given twice")
-                service, res_json, _ = _resource(_sub(&rl), 1)
+                service, res_json, res_derived = _resource(_sub(&rl), 1)
             elif (key >> 3) == 2 and (key & 7) == 2:
                 s = _sub(&rl)
                 scopes.append((s.pos, s.end))
@@ -1185,6 +1230,10 @@ def decode_logs(const unsigned char[:] body, object schema):
                     attrs.put(123)
                     n_attrs = False
                     has_body = False
+                    picking = picked if derive else NULL
+                    for i in range(4):
+                        picked[i].seen = 0
+                        picked[i].kind = V_NONE
                     while lr.pos < lr.end:
                         key = _key(&lr)
                         field = <int>(key >> 3)
@@ -1206,7 +1255,7 @@ def decode_logs(const unsigned char[:] body, object schema):
                             if n_attrs:
                                 attrs.put(44)
                             n_attrs = True
-                            _one_kv(_sub(&lr), attrs)
+                            _one_kv(_sub(&lr), attrs, 0, picking)
                         elif field == 8 and wire == 5:
                             flags = _fixed32(&lr)
                         elif field == 9 and wire == 2:
@@ -1258,6 +1307,9 @@ def decode_logs(const unsigned char[:] body, object schema):
                     c_event.str_or_null(event)
                     c_attrs.json(attrs) if n_attrs else c_attrs.null()
                     c_flags.i64(<int64_t>flags)
+                    if derive:
+                        derive = _derive_log(picked, top.p, res_derived, d_model, d_version,
+                                             d_replica, d_deployment, d_app)
                 elif field == 3 and wire == 2:
                     _schema_url(&sl)
                 else:
@@ -1266,7 +1318,11 @@ def decode_logs(const unsigned char[:] body, object schema):
             c_res.fill(res_json, n_valid)
             c_scope.fill(scope_name, n_valid)
             c_scope_v.fill(scope_version, n_valid)
-    return _finish(cols, schema), rejected, first_reason, skipped
+    arrays = _finish(cols, schema)
+    if derive:
+        arrays.update({f.name: (<_Col>dcols[f.name]).finish(f.type) for f in derived_schema
+                       if f.name in dcols})
+    return arrays, rejected, first_reason, skipped
 
 
 cdef object _body(Reader r, _Json buf):

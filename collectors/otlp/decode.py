@@ -31,7 +31,14 @@ try:  # the compiled decoder (setup.py builds it); without it, the Python path b
 except ImportError:  # pragma: no cover - exercised where no C compiler was available
     _wire = None
 from aiops.schema import LOGS, METRIC_POINTS, SPANS, Table
-from collectors.otlp.derive import DERIVED_SCHEMA, STRINDEX, SpanDerivation, with_derived
+from collectors.otlp.derive import (
+    DERIVED_SCHEMA,
+    LOG_DERIVED_SCHEMA,
+    STRINDEX,
+    LogDerivation,
+    SpanDerivation,
+    with_derived,
+)
 
 __all__ = ["MAX_TIME_NS", "SIGNALS", "Decoded", "Signal", "decode"]
 
@@ -255,11 +262,14 @@ def _spans(req: ExportTraceServiceRequest, rej: _Rejections) -> dict[str, pa.Tab
 def _logs(req: ExportLogsServiceRequest, rej: _Rejections) -> dict[str, pa.Table]:
     out = _Columns(LOGS)
     c = out.data
+    derived = LogDerivation()
     for rl in req.resource_logs:
+        res = attributes(rl.resource.attributes)
         for sl in rl.scope_logs:
             valid = [r for r in sl.log_records if _log_ok(r, rej)]
-            out.fill(_resource_columns(rl.resource, sl.scope), len(valid))
+            out.fill(_resource_values(res, sl.scope), len(valid))
             for r in valid:
+                derived.add(res, r.attributes)
                 body = any_value(r.body)
                 observed = r.observed_time_unix_nano
                 c["time"].append(_ts(r.time_unix_nano or observed))
@@ -273,7 +283,9 @@ def _logs(req: ExportLogsServiceRequest, rej: _Rejections) -> dict[str, pa.Table
                 c["event_name"].append(getattr(r, "event_name", "") or None)
                 c["attributes"].append(_attrs_json(r.attributes))
                 c["flags"].append(r.flags)
-    return {LOGS.name: out.to_arrow()}
+    columns = derived.columns()
+    return {LOGS.name: out.to_arrow() if columns is None
+            else with_derived({**c, **columns}, LOG_DERIVED_SCHEMA)}
 
 
 def _exemplars(points: Any) -> str | None:
@@ -416,7 +428,8 @@ def _decode_compiled(signal: str, body: bytes) -> Decoded | None:
             arrays, rejected, first, skipped = _wire.decode_spans(body, t.arrow_schema,
                                                                   DERIVED_SCHEMA)
         else:
-            arrays, rejected, first, skipped = _wire.decode_logs(body, t.arrow_schema)
+            arrays, rejected, first, skipped = _wire.decode_logs(body, t.arrow_schema,
+                                                                 LOG_DERIVED_SCHEMA)
     except _wire.NonCanonical:
         return None
     except _wire.WireError as exc:
@@ -430,8 +443,9 @@ def _decode_compiled(signal: str, body: bytes) -> Decoded | None:
         # the Python path refuses it (found by fuzz/fuzz_decode.py).
         _protobuf_check(signal, body)
         raise DecodeError(f"OTLP {signal} request has out-of-range values: {exc}") from exc
-    # The derived columns come only where every span's were certain (collectors/otlp/derive).
-    schema = DERIVED_SCHEMA if DERIVED_SCHEMA.names[-1] in arrays else t.arrow_schema
+    # The derived columns come only where every record's were certain (collectors/otlp/derive).
+    derived = DERIVED_SCHEMA if signal == "traces" else LOG_DERIVED_SCHEMA
+    schema = derived if derived.names[-1] in arrays else t.arrow_schema
     try:
         table = pa.Table.from_arrays([arrays[n] for n in schema.names], schema=schema)
         table.validate()

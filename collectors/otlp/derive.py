@@ -1,5 +1,5 @@
-"""The typed ``spans`` columns (``aiops.semconv``) derived while decoding, so the store need not
-parse every row's JSON again to derive them (``semconv.ingest_select``).
+"""The typed ``spans`` and ``logs`` columns (``aiops.semconv``) derived while decoding, so the
+store need not parse every row's JSON again to derive them (``semconv.ingest_select``).
 
 A value is derived here only where it is certainly what that SQL makes of the row's JSON:
 string values of the text keys, and int or plain-digit string values of the HTTP status keys.
@@ -18,10 +18,10 @@ import pyarrow as pa
 
 from aiops import semconv
 from aiops.identity import APP, DEPLOYMENT
-from aiops.schema import SPANS
+from aiops.schema import LOGS, SPANS, Table
 
-__all__ = ["DERIVED_SCHEMA", "NAMES", "RESOURCE_KEYS", "SPAN_KEYS", "SpanDerivation",
-           "with_derived"]
+__all__ = ["DERIVED_SCHEMA", "LOG_DERIVED_SCHEMA", "LOG_KEYS", "LOG_NAMES", "NAMES",
+           "RESOURCE_KEYS", "SPAN_KEYS", "LogDerivation", "SpanDerivation", "with_derived"]
 
 # Span attribute keys the columns read (in _wire.pyx's order), and resource keys.
 SPAN_KEYS = (semconv.MODEL_ATTR, semconv.MODEL_VERSION_ATTR, semconv.HTTP_STATUS_ATTR,
@@ -33,10 +33,23 @@ if NAMES != (semconv.MODEL, semconv.VERSION, semconv.REPLICA, semconv.HTTP_STATU
              semconv.FAILED, semconv.DEPLOYMENT, semconv.APP) or semconv.keys("spans") != (
         SPAN_KEYS, RESOURCE_KEYS):  # _row and _wire.pyx read and fill them in this order
     raise ImportError(f"spans' derived columns changed ({NAMES}): update the decoders")
-# A decoded spans batch with the derived columns: the wire columns, then those, marked.
-DERIVED_SCHEMA = pa.schema(
-    [*SPANS.wire.arrow_schema, *(pa.field(d.name, d.kind.arrow) for d in SPANS.derived)],
-    metadata=dict([semconv.DECODED_MARK]))
+# Log record attribute keys the logs columns read (the first two of SPAN_KEYS, which _wire.pyx
+# picks alike); their resource keys are the spans'.
+LOG_KEYS = SPAN_KEYS[:2]
+LOG_NAMES = tuple(d.name for d in LOGS.derived)
+if LOG_NAMES != semconv.IDENTITY or semconv.keys("logs") != (LOG_KEYS, RESOURCE_KEYS):
+    raise ImportError(f"logs' derived columns changed ({LOG_NAMES}): update the decoders")
+
+
+def _derived_schema(t: Table) -> pa.Schema:
+    """A decoded batch with the derived columns: the wire columns, then those, marked."""
+    return pa.schema([*t.wire.arrow_schema, *(pa.field(d.name, d.kind.arrow)
+                                             for d in t.derived)],
+                     metadata=dict([semconv.DECODED_MARK]))
+
+
+DERIVED_SCHEMA = _derived_schema(SPANS)
+LOG_DERIVED_SCHEMA = _derived_schema(LOGS)
 _INT32_MAX = 2**31 - 1
 _STATUS_NAMES = ("unset", "ok", "error")
 
@@ -91,8 +104,10 @@ class SpanDerivation:
     """The derived columns of one request's spans, built beside the decoded rows; ``None``
     from ``columns`` once any span's values are not certain."""
 
+    names = NAMES
+
     def __init__(self) -> None:
-        self._lists: list[list[Any]] | None = [[] for _ in NAMES]
+        self._lists: list[list[Any]] | None = [[] for _ in self.names]
 
     def add(self, resource: dict[str, Any], kvs: Iterable[Any], code: int) -> None:
         """One (valid) span: its resource's attributes, its attributes, its status code."""
@@ -107,15 +122,34 @@ class SpanDerivation:
             values.append(value)
 
     def columns(self) -> dict[str, list[Any]] | None:
-        return None if self._lists is None else dict(zip(NAMES, self._lists, strict=True))
+        return None if self._lists is None else dict(zip(self.names, self._lists, strict=True))
 
 
-def _row(resource: dict[str, Any], kvs: Iterable[Any], code: int) -> tuple[Any, ...]:
+class LogDerivation(SpanDerivation):
+    """The same for one request's log records (no status: ``code`` is not read)."""
+
+    names = LOG_NAMES
+
+    def add(self, resource: dict[str, Any], kvs: Iterable[Any], code: int = 0) -> None:
+        if self._lists is None:
+            return
+        try:
+            model, version, replica, _, _, deployment, app = _row(resource, kvs, code, False)
+        except _Undecided:
+            self._lists = None
+            return
+        for values, value in zip(self._lists, (model, version, replica, deployment, app),
+                                 strict=True):
+            values.append(value)
+
+
+def _row(resource: dict[str, Any], kvs: Iterable[Any], code: int, status_keys: bool = True
+         ) -> tuple[Any, ...]:
     picked: list[Any] = [None] * len(SPAN_KEYS)
     for kv in kvs:
         i = _INDEX.get(kv.key)
         if i is not None:
-            if picked[i] is not None:
+            if picked[i] is not None and (status_keys or i < len(LOG_KEYS)):
                 raise _Undecided  # the JSON text keeps both; which one SQL reads is its own
             picked[i] = kv.value
     model, version, new, old = picked
@@ -127,6 +161,8 @@ def _row(resource: dict[str, Any], kvs: Iterable[Any], code: int) -> tuple[Any, 
     version = _text(version)
     if version is None:
         version = service_version
+    if not status_keys:
+        return model, version, replica, None, None, deployment, app
     status = _status(new)
     if status is None:  # coalesce: the older key only where the new one gave NULL
         status = _status(old)
@@ -134,7 +170,7 @@ def _row(resource: dict[str, Any], kvs: Iterable[Any], code: int) -> tuple[Any, 
     return model, version, replica, status, failed, deployment, app  # in NAMES' order
 
 
-def with_derived(arrays: dict[str, Any]) -> pa.Table:
-    """A marked spans table from column arrays or lists holding the derived columns too."""
-    return pa.Table.from_pydict({n: arrays[n] for n in DERIVED_SCHEMA.names},
-                                schema=DERIVED_SCHEMA)
+def with_derived(arrays: dict[str, Any], schema: pa.Schema = DERIVED_SCHEMA) -> pa.Table:
+    """A marked table (spans by default) from column arrays or lists holding the derived
+    columns too."""
+    return pa.Table.from_pydict({n: arrays[n] for n in schema.names}, schema=schema)

@@ -41,7 +41,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from aiops import identity, semconv
 from aiops.errors import DecodeError
-from aiops.schema import SPANS
+from aiops.schema import LOGS, SPANS, Table
 from aiops.store import Store
 from aiops.store_conform import decoder_derived, without_derived
 from collectors.otlp import decode as decode_module
@@ -53,6 +53,7 @@ T = 1_700_000_000_000_000_000
 DECODERS = [pytest.param(False, id="python"), pytest.param(True, id="compiled", marks=(
     pytest.mark.skipif(decode_module._wire is None, reason="compiled decoder not built")))]
 DERIVED = [d.name for d in SPANS.derived]
+LOG_DERIVED = [d.name for d in LOGS.derived]
 
 
 def metrics_request(*metrics: Metric) -> ExportMetricsServiceRequest:
@@ -208,6 +209,25 @@ def derived_requests(draw: st.DrawFn) -> bytes:
         for _ in range(draw(st.integers(1, 2)))]).SerializeToString()
 
 
+@st.composite
+def derived_log_requests(draw: st.DrawFn) -> bytes:
+    """Log requests whose records and resources carry the keys the derived columns read (and
+    the spans' status keys, which logs do not read), with values of every type."""
+    mode = draw(st.sampled_from([TAME, NUMBERS, WILD]))
+
+    def one_record() -> LogRecord:
+        return LogRecord(time_unix_nano=T, body=AnyValue(string_value="hello"),
+                         attributes=draw(_attributes(SPAN_KEYS, mode,
+                                                     frozenset(SPAN_KEYS[2:]))))
+
+    return ExportLogsServiceRequest(resource_logs=[ResourceLogs(
+        resource=Resource(attributes=draw(_attributes(RESOURCE_KEYS, mode))),
+        scope_logs=[ScopeLogs(log_records=[one_record()
+                                           for _ in range(draw(st.integers(1, 3)))])
+                    for _ in range(draw(st.integers(1, 2)))])
+        for _ in range(draw(st.integers(1, 2)))]).SerializeToString()
+
+
 @pytest.fixture(scope="module")
 def shared_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     s = Store(tmp_path_factory.mktemp("derive") / "t.duckdb")
@@ -218,14 +238,14 @@ def shared_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
 _TAGS = itertools.count()
 
 
-def _stored_derived(store: Store, spans: pa.Table) -> list[tuple[Any, ...]]:
-    """The derived columns the store holds for ``spans`` once appended (its rows told apart
-    from other examples' by the credential column)."""
+def _stored_derived(store: Store, rows: pa.Table, t: Table = SPANS) -> list[tuple[Any, ...]]:
+    """The derived columns the store holds for ``rows`` of ``t`` once appended (its rows told
+    apart from other examples' by the credential column)."""
     tag = f"example-{next(_TAGS)}"
-    store.append("spans", spans.append_column(
-        "ingest_credential", pa.array([tag] * spans.num_rows, pa.string())))
-    return store.query(f"SELECT {', '.join(DERIVED)} FROM spans WHERE ingest_credential = ? "
-                       "ORDER BY rowid", [tag]).rows
+    store.append(t.name, rows.append_column(
+        "ingest_credential", pa.array([tag] * rows.num_rows, pa.string())))
+    return store.query(f"SELECT {', '.join(d.name for d in t.derived)} FROM {t.name} "
+                       "WHERE ingest_credential = ? ORDER BY rowid", [tag]).rows
 
 
 # 100 examples a decoder (each stores its rows twice, ~70 ms): the edge cases below are fixed.
@@ -240,6 +260,41 @@ def test_the_columns_a_decoder_derives_are_those_the_store_derives_in_sql(
     assert as_decoded == in_sql
     if decoder_derived(SPANS, spans):  # and what the decoder derived is what was stored
         assert as_decoded == [tuple(r.values()) for r in spans.select(DERIVED).to_pylist()]
+
+
+@pytest.mark.parametrize("compiled", DECODERS)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=derived_log_requests())
+def test_the_log_columns_a_decoder_derives_are_those_the_store_derives_in_sql(
+        shared_store: Store, compiled: bool, body: bytes) -> None:
+    logs = decode("logs", body, "protobuf", compiled=compiled)["logs"]
+    as_decoded = _stored_derived(shared_store, logs, LOGS)
+    assert as_decoded == _stored_derived(shared_store, without_derived(LOGS, logs), LOGS)
+    if decoder_derived(LOGS, logs):
+        assert as_decoded == [tuple(r.values()) for r in logs.select(LOG_DERIVED).to_pylist()]
+
+
+@pytest.mark.parametrize("compiled", DECODERS)
+def test_the_usual_log_record_gets_its_columns_from_the_decoder(compiled: bool) -> None:
+    """An SDK's records (string attributes, a Serve replica's resource) are derived while
+    decoding, by both decoders alike: the store parses no JSON for them."""
+    body = ExportLogsServiceRequest(resource_logs=[ResourceLogs(
+        resource=Resource(attributes=_kvs({
+            semconv.SERVICE_VERSION_ATTR: _s("v2"), semconv.REPLICA_ATTR: _s("r1"),
+            identity.DEPLOYMENT: _s("Scorer"), identity.APP: _s("shop")})),
+        scope_logs=[ScopeLogs(log_records=[
+            LogRecord(time_unix_nano=T, body=_s("a"),
+                      attributes=_kvs({semconv.MODEL_ATTR: _s("chat")})),
+            LogRecord(time_unix_nano=T, body=_s("b"), attributes=_kvs({
+                semconv.MODEL_VERSION_ATTR: _s("v3"), semconv.HTTP_STATUS_ATTR: _i(500)}))])])]
+    ).SerializeToString()
+    logs = decode("logs", body, "protobuf", compiled=compiled)["logs"]
+    assert decoder_derived(LOGS, logs)
+    assert logs.select(LOG_DERIVED).to_pylist() == [
+        {"model": "chat", "model_version": "v2", "replica": "r1", "deployment": "Scorer",
+         "app": "shop"},
+        {"model": None, "model_version": "v3", "replica": "r1", "deployment": "Scorer",
+         "app": "shop"}]
 
 
 Pairs = dict[str, AnyValue] | list[tuple[str, AnyValue]]
