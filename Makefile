@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.aiops-installed
-EXTRAS ?= serve,analytics,agent,demo,dashboards,dev
+EXTRAS ?= serve,analytics,agent,dashboards,dev
 # Debian packages: a C/C++ toolchain and cmake, to compile llama-cpp-python (no wheel on PyPI);
 # bcc (python3-bpfcc) and Debian's kernel headers for the eBPF collector; Prometheus, which the
 # dashboard tests run every PromQL panel query against; clang, for the sanitizer build of the
@@ -49,11 +49,13 @@ sysdeps:
 
 # Order-only: the Debian packages and the llama.cpp wheel come first (once per make run, also
 # with -j), without making an installed virtualenv out of date.
-$(STAMP): pyproject.toml constraints.txt collectors/otlp/_wire.pyx | sysdeps llama-wheel
+$(STAMP): pyproject.toml harness/pyproject.toml constraints.txt collectors/otlp/_wire.pyx | sysdeps llama-wheel
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip==$$(grep -oP '^pip==\K.*' constraints.txt || echo 25.3)"
 	$(BIN)/python -m pip install --no-deps --no-index --find-links $(LLAMA_WHEELS) llama_cpp_python
 	$(BIN)/python -m pip install -c constraints.txt -e '.[$(EXTRAS)]'
+	@# The harness (benchmarks, evaluations, the demo): a distribution of its own (harness/).
+	$(BIN)/python -m pip install -c constraints.txt -e harness
 	touch $@
 
 # bcc comes from Debian (its Python module is tied to the distribution's libbcc): link that
@@ -127,7 +129,7 @@ UNIT_B = tests/security tests/collectors
 # The offline tests run as two idle-priority processes (together ~21 min of one core), so
 # that both cores' spare time goes to them; lane A takes these files (those sharing the NAB
 # raw-score cache among them: it is per process), lane B the rest.
-OFFLINE_A = $(addprefix tests/aiops/evals/,test_cloud_kpi.py test_detector_choice.py \
+OFFLINE_A = $(addprefix tests/harness/evals/,test_cloud_kpi.py test_detector_choice.py \
 	test_nab_loco.py test_nezha.py test_petshop.py test_sockshop.py)
 
 test:
@@ -190,7 +192,7 @@ demo: install
 
 # Two aiops servers on one DuckLake (a throwaway PostgreSQL catalog): docs/scaling.md.
 demo-lake: install lake-env
-	$(LAKE) $(BIN)/python -m aiops.demo.lake
+	$(LAKE) $(BIN)/python -m aiops_harness.demo.lake
 
 # `aiops bench lake` (docs/benchmarks.md "DuckLake"), on the lake's DuckDB.
 bench-lake: install lake-env

@@ -1,5 +1,5 @@
 """``aiops ask``: chat-ops in the terminal (``aiops eval``, the agent's evaluation, is harness:
-``agents.evals.cli``)."""
+``aiops_harness.agent_evals.cli``)."""
 
 from __future__ import annotations
 

@@ -42,7 +42,8 @@ CHAR_WEIGHT = 1.0
 NEAREST = 2  # examples per label averaged
 # Sure by this much or more, the examples' topic wins over a keyword rule's ("哪个请求最慢":
 # "slowest" is a latency word, the question asks for a trace). Chosen on the fixtures'
-# 64 questions (agents/evals/questions.yaml, which the rules read right): the only one where a
+# 64 questions (harness/aiops_harness/agent_evals/questions.yaml, which the rules read right): the
+# only one where a
 # sure reading disagreed with the rules had a margin of 0.06, and the rules were right.
 OVERRIDE_MARGIN = 0.10
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
 import json
 from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
@@ -25,12 +26,23 @@ from aiops.schema import schema_reference
 from aiops.sdk_cli import app as sdk_app
 from aiops.tokens_cli import app as token_app
 
-__all__ = ["HARNESS", "app"]
+__all__ = ["HARNESS", "HARNESS_GROUP", "app"]
 
-# The harness (the agent's evaluation, the demo, the benchmarks): each command's module, whose
-# ``app`` holds the command, and the command it follows in ``aiops --help``.
-HARNESS = {"eval": ("agents.evals.cli", "ask"), "demo": ("aiops.demo.cli", "sql"),
-           "bench": ("aiops.bench.cli", "token")}
+# The harness (the agent's evaluation, the demo, the benchmarks) is a distribution of its own
+# (harness/ in the repository): where it is installed, its entry points (group
+# ``aiops.harness``) name each command's module, whose ``app`` holds the command. In ``aiops
+# --help`` each follows the runtime command given here (a command of an unknown name goes last).
+HARNESS_GROUP = "aiops.harness"
+_AFTER = {"eval": "ask", "demo": "sql", "bench": "token"}
+
+
+def _harness_modules() -> dict[str, tuple[str, str]]:
+    """name -> (module, the command it follows) of the installed harness's commands."""
+    return {e.name: (e.value, _AFTER.get(e.name, ""))
+            for e in importlib.metadata.entry_points(group=HARNESS_GROUP)}
+
+
+HARNESS = _harness_modules()
 
 
 @functools.cache

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from aiops.bench.common import free_port
 from aiops.cli import app as cli_app
 from aiops.config import Settings, load_settings
 from aiops.server.app import create_app
 from aiops.stack import read_state, session_members, settings_env
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from tests.loopback import serving
 
 # Servers started by tests (and their child processes) leave OTLP/gRPC off unless a test asks
@@ -100,9 +100,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         yield s
 
 
-# The dataset evaluations (tests/*/evals) are offline work: CPU on datasets, no servers, no
-# timing. Marked `offline` here, which `make test` runs at idle priority beside the stack lane.
-EVAL_DIRS = (Path(__file__).parent / "aiops" / "evals", Path(__file__).parent / "agents" / "evals")
+# The dataset evaluations (tests/harness/evals, tests/harness/agent_evals) are offline work: CPU
+# on datasets, no servers, no timing. Marked `offline` here, which `make test` runs at idle
+# priority beside the stack lane.
+EVAL_DIRS = (Path(__file__).parent / "harness" / "evals",
+             Path(__file__).parent / "harness" / "agent_evals")
 
 
 @pytest.hookimpl(tryfirst=True)

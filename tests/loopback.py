@@ -10,9 +10,9 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI
 
-from aiops.bench.common import free_port
 from aiops.config import Settings
 from aiops.server.connections import uvicorn_config
+from aiops_harness.bench.common import free_port
 
 
 @contextmanager

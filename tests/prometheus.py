@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from aiops.auth import Role, ensure_credential
-from aiops.bench.common import free_port
+from aiops_harness.bench.common import free_port
 
 PROMETHEUS_BIN = Path("/usr/bin/prometheus")
 COMPOSE_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "prometheus.yml"

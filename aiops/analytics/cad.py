@@ -55,7 +55,7 @@ _NEURON_BASE = 1 << 31
 @dataclass(frozen=True)
 class DetectorConfig:
     """Parameters of ``SeriesDetector``; the same for every series (chosen on NAB, see
-    ``aiops.evals.nab``)."""
+    ``aiops_harness.evals.nab``)."""
 
     bits: int = 3                   # 2**bits value levels
     warmup: int = 20                # points before the first model is built

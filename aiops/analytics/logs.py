@@ -16,7 +16,7 @@ A log body goes through three steps, the same for every system (nothing here is 
    live.
 
 No rule names a system or its format. Which parameters were chosen on which data, and how the
-miner does on a system left out of that choice, is :mod:`aiops.evals.loghub_loso`'s report.
+miner does on a system left out of that choice, is :mod:`aiops_harness.evals.loghub_loso`'s report.
 
 New-template and template-rate anomalies are :mod:`aiops.analytics.logrates`'
 (:class:`TemplateRateDetector`); this module re-exports them, with :data:`MASKS` and
@@ -200,7 +200,7 @@ class LogTemplates:
     cluster per value; joining undoes that, and the enumeration rule still keeps apart a few
     recurring words.
 
-    The defaults are frozen: the setting that :mod:`aiops.evals.loghub_loso` chooses on all
+    The defaults are frozen: the setting that :mod:`aiops_harness.evals.loghub_loso` chooses on all
     seven Loghub-2.0 2k systems at hand; its leave-one-system-out figures are the ones that
     speak for other systems.
     """

@@ -3,10 +3,11 @@
 A method is named by a ``MethodSpec`` (method + parameters) and built fresh per series. What
 turns scores into alerts is the same for every method: a score at or above ``threshold`` is an
 anomaly, and it opens a quiet period of ``quiet`` points in which scores are reported as 0 (an
-incident is reported once, when it starts). ``aiops.evals.nab_events.detections`` applies the
+incident is reported once, when it starts). ``aiops_harness.evals.nab_events.detections`` applies
+the
 same rule to a whole series when scoring on NAB.
 
-``LIVE_DEFAULT`` was chosen by ``aiops.evals.detector_choice``: candidate and threshold by
+``LIVE_DEFAULT`` was chosen by ``aiops_harness.evals.detector_choice``: candidate and threshold by
 pooled event-level F0.5 on two corpora together (NAB and Microsoft's cloud KPIs), the rule first
 held out a whole corpus at a time; the choice is frozen here (its provenance beside it).
 ``live_detector()`` builds it for one series; ``live_multi_detector()`` for many.
@@ -151,7 +152,7 @@ class LiveDefault:
     chosen_on: str
 
 
-# Frozen 2026-12-07 from ``aiops.evals.detector_choice.run_choice`` (``aiops bench
+# Frozen 2026-12-07 from ``aiops_harness.evals.detector_choice.run_choice`` (``aiops bench
 # detector-choice``; docs/benchmarks.md): among the 30 candidates of ``nab_loco.SPECS`` x
 # ``QUIETS`` and the 204 thresholds of ``nab_loco.THRESHOLDS``, the best event-level F0.5
 # (precision weighs twice recall: a false alarm costs more than a late one) pooled over all 58
@@ -168,13 +169,13 @@ class LiveDefault:
 # docs). Before: CAD, quiet 20, threshold 0.8321195981877438, chosen by pooled F1 (2026-12-06),
 # which held out on three cloud KPI families raised about three times the Gaussian's false
 # alarms; before that CAD, quiet 20, 0.776127886143166, by NAB standard score
-# (``aiops.evals.nab_loco.NAB_STANDARD_CHOICE``).
+# (``aiops_harness.evals.nab_loco.NAB_STANDARD_CHOICE``).
 LIVE_DEFAULT = LiveDefault(
     spec=MethodSpec("cad"),
     threshold=0.9578303496571418,
     quiet=100,
     chosen_on="NAB v1.1 (58 files) + cloud_kpi (24 series), pooled event-level F0.5, "
-              "aiops.evals.detector_choice, 2026-12-07",
+              "aiops_harness.evals.detector_choice, 2026-12-07",
 )
 
 

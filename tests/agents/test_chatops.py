@@ -17,11 +17,11 @@ from fastapi.testclient import TestClient
 from agents.chatops import AgentService, make_router
 from agents.settings import AgentSettings, SlackSettings
 from aiops.auth import TOKENS_FILE, Authenticator, Role, TokenStore
-from aiops.bench.common import free_port
 from aiops.config import Settings, load_settings
 from aiops.remediation.policy import DEMO_POLICY
 from aiops.server.guard import Guards
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from tests.agents.scenario import slow_canary
 from tests.agents.slack import response_receiver, signed
 from tests.conftest import RunningServer

@@ -16,11 +16,11 @@ from fastapi import FastAPI, Request
 from agents.settings import AgentSettings, SlackSettings
 from agents.slack_replay import SEEN_FILE
 from aiops.attach.watch import save_managed
-from aiops.bench.common import free_port
 from aiops.client import ServerClient
 from aiops.config import AttachTarget, Settings, load_settings
 from aiops.server.app import create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from tests.agents.scenario import slow_canary
 from tests.loopback import serving
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.stack
 # Its own limit: the session's stack starts inside it (~1 min). Four cases, one of each of four
 # scenario families (~6-12 s of narrative each): what this test adds is that the served model is
 # asked and some of its narratives stand; the facts of all 36 cases are checked without the LLM
-# in the eval lane (tests/agents/evals/test_cases.py), and `aiops eval --llm stack` runs them
+# in the eval lane (tests/harness/agent_evals/test_cases.py), and `aiops eval --llm stack` runs them
 # all (docs/benchmarks.md has the figures). The eval stops asking an LLM that failed three
 # cases in a row, so a hung endpoint ends it in minutes too.
 @pytest.mark.timeout(1200)

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from aiops.demo.lake import LakeServer, lake_settings
 from aiops.pgcluster import PostgresCluster
+from aiops_harness.demo.lake import LakeServer, lake_settings
 from tests.lake import LakeOf, lake_of, pg
 
 __all__ = ["lake_of", "pg"]  # fixtures

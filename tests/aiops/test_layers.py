@@ -15,13 +15,13 @@ from typer.testing import CliRunner
 from aiops.cli import HARNESS, app
 
 ROOT = Path(__file__).resolve().parents[2]
-HARNESS_PACKAGES = ("aiops.bench", "aiops.demo", "aiops.evals", "agents.evals")
+HARNESS_PACKAGE = "aiops_harness"
 
 
 def _loaded_after(code: str) -> list[str]:
     """The harness modules a fresh interpreter holds after running ``code``."""
     probe = (f"import json, sys\n{code}\nprint(json.dumps(sorted(m for m in sys.modules if "
-             f"m.split('.')[:2] in {[p.split('.') for p in HARNESS_PACKAGES]!r})))")
+             f"m.split('.')[0] == {HARNESS_PACKAGE!r})))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
@@ -43,7 +43,7 @@ def test_the_command_line_loads_no_harness() -> None:
 
 def test_the_probe_sees_a_harness_import() -> None:
     # The check above would pass vacuously if the probe matched nothing.
-    assert "aiops.bench.cli" in _loaded_after("import aiops.bench.cli")
+    assert "aiops_harness.bench.cli" in _loaded_after("import aiops_harness.bench.cli")
 
 
 @pytest.mark.parametrize("name", sorted(HARNESS))
@@ -73,17 +73,54 @@ def test_import_contracts_hold() -> None:
     assert "0 broken" in done.stdout, done.stdout
 
 
-def test_the_contracts_that_list_agents_modules_list_every_one() -> None:
-    # agents.evals (harness) lives inside agents, so contracts 3 and 5 name agents' runtime
-    # modules one by one; a new module must not slip past them.
+def test_the_runtime_contracts_cover_every_product_package_whole() -> None:
+    """The harness is a package of its own, so the contracts that keep it (and the live
+    analyzer's wiring) out of the runtime name whole packages: a new module cannot slip past."""
     import tomllib
 
-    contracts = {c["id"]: c for c in tomllib.loads(
-        (ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]}
-    runtime = {f"agents.{p.stem if p.is_file() else p.name}"
-               for p in (ROOT / "agents").iterdir()
-               if (p.suffix == ".py" and p.stem != "__init__")
-               or (p.is_dir() and (p / "__init__.py").is_file() and p.name != "evals")}
-    for cid in ("no-harness-in-runtime", "analyzer-wired-by-server"):
-        listed = {m for m in contracts[cid]["source_modules"] if m.startswith("agents.")}
-        assert listed == runtime, (cid, sorted(runtime - listed), sorted(listed - runtime))
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    contracts = {c["id"]: c for c in config["importlinter"]["contracts"]}
+    product = set(config["importlinter"]["root_packages"]) - {HARNESS_PACKAGE}
+    assert set(contracts["no-harness-in-runtime"]["source_modules"]) == product
+    assert contracts["no-harness-in-runtime"]["forbidden_modules"] == [HARNESS_PACKAGE]
+    assert {"agents", "dashboards", "serve", "collectors"} <= set(
+        contracts["analyzer-wired-by-server"]["source_modules"])
+
+
+def test_the_product_wheel_holds_no_harness() -> None:
+    """The root pyproject's packages (what its wheel holds) are the product's alone; the
+    harness is harness/'s distribution."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = find_packages(str(ROOT), include=config["packages"]["find"]["include"])
+    assert packages and not [p for p in packages if p.split(".")[0] == HARNESS_PACKAGE]
+    assert {p.split(".")[0] for p in packages} == {"aiops", "serve", "collectors", "agents",
+                                                   "dashboards"}
+
+
+def test_the_product_runs_where_the_harness_is_not_installed() -> None:
+    """Without the harness's distribution (no entry points, no package), ``aiops`` lists and
+    runs the runtime's commands, and offers none of the harness's."""
+    code = (
+        "import importlib.abc, importlib.metadata, sys\n"
+        "class NoHarness(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] == {HARNESS_PACKAGE!r}:\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, NoHarness())\n"
+        "real = importlib.metadata.entry_points\n"
+        "importlib.metadata.entry_points = lambda **kw: [] if kw.get('group') == "
+        "'aiops.harness' else real(**kw)\n"
+        "from typer.testing import CliRunner\n"
+        "import typer.main, aiops.cli\n"
+        "names = typer.main.get_command(aiops.cli.app).list_commands(None)\n"
+        "assert not {'bench', 'demo', 'eval'} & set(names), names\n"
+        "for args in (['--help'], ['server', '--help'], ['config', 'schema']):\n"
+        "    done = CliRunner().invoke(aiops.cli.app, args)\n"
+        "    assert done.exit_code == 0, (args, done.output)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr

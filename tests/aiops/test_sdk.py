@@ -25,12 +25,12 @@ import yaml
 from referencing import Registry, Resource
 from typer.testing import CliRunner
 
-from aiops.bench.common import free_port
 from aiops.cli import app as cli_app
 from aiops.config import Settings
 from aiops.lifecycle import LifecycleClient
 from aiops.sdk import SdkError, generate_package
 from aiops.stack import read_state, session_members, settings_env
+from aiops_harness.bench.common import free_port
 from serve.openapi import document, document_bytes
 from serve.specs import ModelSpec, load_specs
 from tests.conftest import running_stack

@@ -13,8 +13,8 @@ from aiops import stack as stack_mod
 from aiops.cli import app
 from aiops.client import ServerClient
 from aiops.config import Settings
-from aiops.demo import MODEL, chat, wait_for_trace
 from aiops.errors import StackError
+from aiops_harness.demo import MODEL, chat, wait_for_trace
 
 pytestmark = pytest.mark.stack
 

@@ -19,15 +19,15 @@ import pytest
 import trustme
 from typer.testing import CliRunner
 
-from aiops.bench.common import running_server
 from aiops.cli import app
 from aiops.client import ServerClient
 from aiops.config import Settings, load_settings
-from aiops.demo import wait_for_trace
 from aiops.errors import ConfigError, StackError
 from aiops.stack import settings_env
 from aiops.stack import status as stack_status
 from aiops.tls import client_verify
+from aiops_harness.bench.common import running_server
+from aiops_harness.demo import wait_for_trace
 from collectors.ebpf.collector import EbpfCollector
 from serve.telemetry import Telemetry, TelemetryConfig
 from tests.conftest import running_stack

@@ -18,10 +18,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from aiops.auth import TOKENS_FILE, Role, TokenStore, ensure_credential
-from aiops.bench.common import free_port
 from aiops.config import load_settings
 from aiops.server.app import create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from collectors.otlp.writer import MemoryBudget
 from collectors.remote_write import WriteRequest, _wire
 from tests.conftest import RunningServer

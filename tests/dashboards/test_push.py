@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from typer.testing import CliRunner
 
-from aiops.bench.common import free_port
+from aiops_harness.bench.common import free_port
 from dashboards.cli import app
 
 

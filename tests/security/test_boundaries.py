@@ -24,12 +24,12 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 
 from aiops.auth import Role, TokenStore, stack_credential
-from aiops.bench.common import free_port, running_server
 from aiops.config import Settings, load_settings
 from aiops.ledger import PROVENANCE_EVENT
 from aiops.querywatch import QueryWatch
 from aiops.server.app import create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port, running_server
 from collectors.otlp.writer import BatchWriter, Unstorable
 from tests.loopback import serving
 from tests.security.test_ingest import (

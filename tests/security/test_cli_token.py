@@ -15,13 +15,13 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from aiops.auth import ADMIN_TOKEN_FILE, Role, TokenStore, ensure_secret
-from aiops.bench.common import free_port
 from aiops.cli import app as cli_app
 from aiops.client import ServerClient, client_token
 from aiops.config import Settings, load_settings
 from aiops.remediation.policy import DEMO_POLICY
 from aiops.stack import settings_env
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from tests.agents.scenario import slow_canary
 from tests.conftest import RunningServer
 

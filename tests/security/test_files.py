@@ -15,8 +15,8 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from aiops.bench.common import running_server
 from aiops.store import Store
+from aiops_harness.bench.common import running_server
 
 T = 1_700_000_000_000_000_000
 

@@ -27,10 +27,10 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from prometheus_client import CollectorRegistry
 
 from aiops.auth import TOKENS_FILE, Authenticator, Role, TokenStore, stack_credential
-from aiops.bench.common import free_port
 from aiops.config import load_settings
 from aiops.server.app import create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from collectors.otlp.export import ReceiverMetrics
 from collectors.otlp.grpc_receiver import SERVICES, GrpcOptions, GrpcReceiver
 from collectors.otlp.writer import BatchWriter, MemoryBudget

@@ -30,11 +30,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from prometheus_client import CollectorRegistry
 
 from aiops.auth import Principal
-from aiops.bench.common import free_port
 from aiops.config import load_settings
 from aiops.ledger import PROVENANCE_EVENT
 from aiops.server.app import create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from collectors.otlp import decode as decode_module
 from collectors.otlp.decode import MAX_TIME_NS, decode
 from collectors.otlp.receiver import ReceiverMetrics, make_router

@@ -291,8 +291,8 @@ def test_verifications_at_once_share_one_and_the_cli_sends_its_token(
     import concurrent.futures
 
     from aiops.auth import TOKENS_FILE, Role, TokenStore
-    from aiops.bench.common import free_port
     from aiops.server.app import create_app
+    from aiops_harness.bench.common import free_port
     from tests.loopback import serving
 
     path, witness = witnessed

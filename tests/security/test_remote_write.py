@@ -13,11 +13,11 @@ import cramjam
 import pytest
 
 from aiops.auth import TOKENS_FILE, Role, TokenStore
-from aiops.bench.common import free_port
 from aiops.config import load_settings
 from aiops.errors import PayloadTooLarge
 from aiops.server.app import create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from tests.collectors.test_remote_write import MAX_BODY, post, server, write_request
 from tests.conftest import RunningServer
 from tests.loopback import serving

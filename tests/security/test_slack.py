@@ -29,13 +29,13 @@ from agents.chatops import SLACK_MAX_BODY, AgentService, _Seen, make_router, sla
 from agents.settings import AgentSettings, SlackSettings
 from agents.slack_replay import SEEN_FILE, SeenSignatures
 from aiops.auth import Authenticator, Role
-from aiops.bench.common import free_port
 from aiops.config import Settings, load_settings
 from aiops.errors import ConfigError
 from aiops.remediation.policy import DEMO_POLICY
 from aiops.server.app import create_app
 from aiops.server.guard import Guards
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from tests.agents.scenario import slow_canary
 from tests.agents.slack import response_receiver, signed
 from tests.conftest import RunningServer

@@ -21,10 +21,10 @@ import pyarrow as pa
 import pytest
 
 from aiops import sqlguard
-from aiops.bench.common import running_server
 from aiops.config import Settings
 from aiops.errors import QueryRejected
 from aiops.store import Store
+from aiops_harness.bench.common import running_server
 from tests.conftest import RunningServer
 
 SLOW = "SELECT count(*) FROM range(1000000000000) t(a) WHERE a % 7 = 3"

@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from aiops.bench.raycluster import wait_for
 from aiops.client import ServerClient
 from aiops.config import Settings
 from aiops.stack import read_state
+from aiops_harness.bench.raycluster import wait_for
 from collectors.ebpf.attribution import REPLICAS_FILE
 from collectors.ebpf.collector import preflight
 from serve.cluster import lose_node, read_nodes

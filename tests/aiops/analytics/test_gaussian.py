@@ -25,8 +25,8 @@ from aiops.analytics.metric_live import (
     live_multi_detector,
     spike_score,
 )
-from aiops.evals import nab
-from aiops.evals.nab_events import detections
+from aiops_harness.evals import nab
+from aiops_harness.evals.nab_events import detections
 
 # Pure computation (no servers, no timing): `make test` runs it at idle priority.
 pytestmark = pytest.mark.offline

@@ -1,5 +1,5 @@
 """A composed Serve app as teams write them (a FastAPI ingress calling two model deployments
-through DeploymentHandles, tests/fixtures/attach/shop.py), with no observability code in it,
+through DeploymentHandles, harness/aiops_harness/apps/shop.py), with no observability code in it,
 deployed with `serve deploy` on a Ray cluster aiops did not start. The only change the team
 makes is in its Serve config: Serve's own tracing with aiops' exporter. aiops then sees every
 deployment as its own service, one trace across the handle calls, each span under the
@@ -25,11 +25,11 @@ import httpx
 import pytest
 import yaml
 
-from aiops.bench.common import free_port
-from aiops.bench.raycluster import FIXTURES, RayCluster, ray_cluster, wait_for
 from aiops.config import AttachTarget, load_settings
 from aiops.server.app import create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
+from aiops_harness.bench.raycluster import FIXTURES, RayCluster, ray_cluster, wait_for
 from tests.conftest import RunningServer
 from tests.loopback import serving
 

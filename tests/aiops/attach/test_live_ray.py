@@ -22,12 +22,12 @@ import yaml
 from aiops.attach.control import ServeControl
 from aiops.attach.history import ConfigHistory
 from aiops.attach.ray_serve import AttachError, RayServe
-from aiops.bench.common import free_port
-from aiops.bench.raycluster import FIXTURES, RayCluster, ray_cluster, wait_for
 from aiops.config import AttachTarget, load_settings
 from aiops.remediation.actions import NotSupported
 from aiops.server.app import create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
+from aiops_harness.bench.raycluster import FIXTURES, RayCluster, ray_cluster, wait_for
 from collectors.ebpf.attribution import ATTACHED_REPLICAS_FILE, local_addresses
 from collectors.ebpf.collector import EbpfCollector, preflight
 from collectors.ebpf.probes import RunQueueLatency

@@ -32,13 +32,13 @@ from agents.agent import Agent
 from agents.tools import Toolbox
 from aiops.attach.control import VllmControl
 from aiops.auth import Role, ensure_credential
-from aiops.bench.common import free_port
-from aiops.bench.raycluster import wait_for
 from aiops.cli import app as cli
 from aiops.config import AttachTarget, load_settings
 from aiops.remediation.actions import NotSupported
 from aiops.server.app import create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
+from aiops_harness.bench.raycluster import wait_for
 from dashboards.generate import GENERATED, PACKAGE_DIR
 from dashboards.inspect import queries
 from tests.conftest import RunningServer

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from aiops.bench.common import free_port
 from aiops.config import AttachTarget, Settings, load_settings
 from aiops.server.app import _embedded, create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from tests.loopback import serving
 
 

@@ -18,8 +18,8 @@ import pytest
 
 from aiops.client import ServerClient
 from aiops.config import Settings
-from aiops.demo import MODEL
 from aiops.stack import read_state
+from aiops_harness.demo import MODEL
 from collectors.ebpf.attribution import REPLICAS_FILE
 
 pytestmark = [pytest.mark.stack, pytest.mark.usefixtures("ebpf_allowed")]

@@ -21,10 +21,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from aiops.auth import TOKENS_FILE, TokenStore
-from aiops.bench.common import free_port
 from aiops.config import Settings, load_settings
 from aiops.server.app import create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from collectors.otlp.writer import MemoryBudget
 from tests.loopback import serving
 

@@ -33,10 +33,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from aiops.bench.common import free_port
 from aiops.config import Settings
 from aiops.server.app import create_app
 from aiops.store import Store
+from aiops_harness.bench.common import free_port
 from collectors.otlp.grpc_receiver import SERVICES
 from tests.conftest import RunningServer
 from tests.loopback import serving
