@@ -424,61 +424,11 @@ cdef inline int _status(Picked* v, const unsigned char* p, int64_t* out):
     return -1
 
 
-cdef int _derive_span(Picked* k, const unsigned char* p, uint64_t code, object res,
-                      _Col c_model, _Col c_version, _Col c_replica, _Col c_http,
-                      _Col c_failed, _Col c_deployment, _Col c_app) except -1:
-    """Append one span's derived columns; 0 where any is not certain (derive.py's _row)."""
-    cdef int i, found
-    cdef int64_t status = 0
-    cdef bytes version, replica, deployment, app
-    for i in range(4):
-        if k[i].seen > 1:
-            return 0
-    if res is None:
-        return 0
-    if (k[0].kind != V_NONE and k[0].kind != V_STR) or \
-            (k[1].kind != V_NONE and k[1].kind != V_STR):
-        return 0
-    found = _status(&k[2], p, &status)
-    if found == 0:  # coalesce: the older key only where the new one gave NULL
-        found = _status(&k[3], p, &status)
-    if found < 0:
-        return 0
-    if k[0].kind == V_STR:
-        c_model.text(<const char*>(p + k[0].pos), k[0].end - k[0].pos)
-    else:
-        c_model.null()
-    version, replica, deployment, app = res
-    if k[1].kind == V_STR:
-        c_version.text(<const char*>(p + k[1].pos), k[1].end - k[1].pos)
-    elif version is not None:
-        c_version.text(version, len(version))
-    else:
-        c_version.null()
-    if replica is not None:
-        c_replica.text(replica, len(replica))
-    else:
-        c_replica.null()
-    if found:
-        c_http.i64(status)
-    else:
-        c_http.null()
-    c_failed.i64(1 if code == 2 or (found and status >= 500) else 0)
-    if deployment is not None:
-        c_deployment.text(deployment, len(deployment))
-    else:
-        c_deployment.null()
-    if app is not None:
-        c_app.text(app, len(app))
-    else:
-        c_app.null()
-    return 1
-
-
-cdef int _derive_log(Picked* k, const unsigned char* p, object res, _Col c_model,
-                     _Col c_version, _Col c_replica, _Col c_deployment, _Col c_app) except -1:
-    """Append one log record's derived columns; 0 where any is not certain (derive.py's
-    LogDerivation: the status keys are not read)."""
+cdef int _derive_identity(Picked* k, const unsigned char* p, object res, _Col c_model,
+                          _Col c_version, _Col c_replica, _Col c_deployment,
+                          _Col c_app) except -1:
+    """Append one record's identity columns (model, version, replica, deployment, app); 0,
+    having appended nothing, where any is not certain (derive.py's _row)."""
     cdef bytes version, replica, deployment, app
     if k[0].seen > 1 or k[1].seen > 1 or res is None:
         return 0
@@ -499,6 +449,29 @@ cdef int _derive_log(Picked* k, const unsigned char* p, object res, _Col c_model
     _text_or_null(c_replica, replica)
     _text_or_null(c_deployment, deployment)
     _text_or_null(c_app, app)
+    return 1
+
+
+cdef int _derive_span(Picked* k, const unsigned char* p, uint64_t code, object res,
+                      _Col c_model, _Col c_version, _Col c_replica, _Col c_http,
+                      _Col c_failed, _Col c_deployment, _Col c_app) except -1:
+    """Append one span's derived columns; 0 where any is not certain (derive.py's _row)."""
+    cdef int found
+    cdef int64_t status = 0
+    if k[2].seen > 1 or k[3].seen > 1:
+        return 0
+    found = _status(&k[2], p, &status)
+    if found == 0:  # coalesce: the older key only where the new one gave NULL
+        found = _status(&k[3], p, &status)
+    if found < 0:
+        return 0
+    if not _derive_identity(k, p, res, c_model, c_version, c_replica, c_deployment, c_app):
+        return 0
+    if found:
+        c_http.i64(status)
+    else:
+        c_http.null()
+    c_failed.i64(1 if code == 2 or (found and status >= 500) else 0)
     return 1
 
 
@@ -1308,8 +1281,8 @@ def decode_logs(const unsigned char[:] body, object schema, object derived_schem
                     c_attrs.json(attrs) if n_attrs else c_attrs.null()
                     c_flags.i64(<int64_t>flags)
                     if derive:
-                        derive = _derive_log(picked, top.p, res_derived, d_model, d_version,
-                                             d_replica, d_deployment, d_app)
+                        derive = _derive_identity(picked, top.p, res_derived, d_model,
+                                                  d_version, d_replica, d_deployment, d_app)
                 elif field == 3 and wire == 2:
                     _schema_url(&sl)
                 else:
